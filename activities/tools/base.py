@@ -1,0 +1,61 @@
+"""What every tool shares: the workspace boundary, the result type, output truncation."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_OUTPUT_CHARS = 30_000
+"""Longer output keeps its head and tail around a truncation marker."""
+
+
+class ToolError(Exception):
+    """A failure the model should read as an `is_error` tool_result."""
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The directory tools are confined to; every path goes through `resolve`."""
+
+    root: Path
+
+    @classmethod
+    def open(cls, raw: str) -> Workspace:
+        root = Path(raw).expanduser().resolve()
+        if not root.is_dir():
+            raise ToolError(f"workspace {raw} is not a directory")
+        return cls(root)
+
+    def resolve(self, raw: str) -> Path:
+        """Absolute path inside the workspace; `..` or symlinks that leave it are refused."""
+        if "\x00" in raw:
+            raise ToolError("path contains a NUL byte")
+        candidate = Path(raw).expanduser()
+        if not candidate.is_absolute():
+            candidate = self.root / candidate
+        resolved = Path(os.path.realpath(candidate))
+        if resolved != self.root and not resolved.is_relative_to(self.root):
+            raise ToolError(f"path {raw} is outside the workspace {self.root}; access refused")
+        return resolved
+
+    def display(self, path: Path) -> str:
+        try:
+            rel = path.relative_to(self.root)
+        except ValueError:
+            return str(path)
+        return str(rel) if str(rel) != "." else "."
+
+
+def truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n\n[... {cut} characters truncated ...]\n\n{text[-half:]}"

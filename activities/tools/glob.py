@@ -1,0 +1,31 @@
+"""Glob: files matching a pattern, newest first."""
+
+from __future__ import annotations
+
+from activities.tools.base import ToolError, ToolOutput, Workspace
+from durable_agent.engine.tools import GlobInput
+
+MAX_FILES = 100
+
+
+async def run_glob(args: GlobInput, ws: Workspace) -> ToolOutput:
+    base = ws.resolve(args.path) if args.path else ws.root
+    if not base.is_dir():
+        raise ToolError(f"{args.path} is not a directory")
+    if args.pattern.startswith("/") or ".." in args.pattern.split("/"):
+        raise ToolError("pattern must be relative and stay inside the workspace")
+    found = []
+    for path in base.glob(args.pattern):
+        try:
+            real = ws.resolve(str(path))
+        except ToolError:
+            continue
+        if real.is_file():
+            found.append((path.stat().st_mtime, path))
+    if not found:
+        return ToolOutput("No files found")
+    found.sort(key=lambda item: (-item[0], str(item[1])))
+    lines = [ws.display(p) for _, p in found[:MAX_FILES]]
+    if len(found) > MAX_FILES:
+        lines.append(f"[{len(found) - MAX_FILES} more files not shown; use a narrower pattern]")
+    return ToolOutput("\n".join(lines))

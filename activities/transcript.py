@@ -1,0 +1,168 @@
+"""TranscriptStore: one JSONL file per session, entries linked by uuid/parentUuid."""
+
+from __future__ import annotations
+
+import fcntl
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio import activity
+
+from durable_agent.engine.contracts import AppendEntryInput, AppendEntryOutput
+from durable_agent.engine.messages import (
+    ContentBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    TranscriptEntry,
+)
+from durable_agent.engine.state import PendingUser
+
+_SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class TranscriptError(Exception):
+    """The store cannot give what was asked (missing entry, broken chain)."""
+
+
+class TranscriptStore:
+    """Filesystem store. Appends are idempotent by uuid, so a retried activity never duplicates."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def transcript_path(self, session_id: str) -> Path:
+        return self.root / "sessions" / f"{_SAFE_ID.sub('_', session_id)}.jsonl"
+
+    def _results_dir(self, session_id: str) -> Path:
+        return self.root / "sessions" / f"{_SAFE_ID.sub('_', session_id)}.results"
+
+    @contextmanager
+    def _locked(self, session_id: str) -> Iterator[Path]:
+        path = self.transcript_path(session_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield path
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def entries(self, session_id: str) -> dict[str, TranscriptEntry]:
+        path = self.transcript_path(session_id)
+        if not path.exists():
+            return {}
+        out: dict[str, TranscriptEntry] = {}
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    entry = TranscriptEntry.model_validate_json(line)
+                    out.setdefault(entry.uuid, entry)
+        return out
+
+    def append(
+        self, session_id: str, uuid: str, parent_uuid: str | None, message: Message
+    ) -> TranscriptEntry:
+        """Append once: a second call with the same uuid returns the stored entry."""
+        with self._locked(session_id) as path:
+            existing = self.entries(session_id).get(uuid)
+            if existing is not None:
+                return existing
+            entry = TranscriptEntry(
+                uuid=uuid,
+                parentUuid=parent_uuid,
+                type=message.role,
+                message=message,
+                timestamp=datetime.now(UTC).isoformat(),
+                sessionId=session_id,
+            )
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(entry.model_dump_json(by_alias=True) + "\n")
+            return entry
+
+    def chain(self, session_id: str, head_uuid: str | None) -> list[TranscriptEntry]:
+        """Entries from the root to `head_uuid`, in order."""
+        if head_uuid is None:
+            return []
+        entries = self.entries(session_id)
+        out: list[TranscriptEntry] = []
+        cursor: str | None = head_uuid
+        while cursor is not None:
+            entry = entries.get(cursor)
+            if entry is None:
+                raise TranscriptError(f"transcript {session_id}: entry {cursor} is missing")
+            out.append(entry)
+            cursor = entry.parent_uuid
+            if len(out) > len(entries):
+                raise TranscriptError(f"transcript {session_id}: parentUuid cycle")
+        out.reverse()
+        return out
+
+    def tool_use(self, session_id: str, assistant_uuid: str, tool_use_id: str) -> ToolUseBlock:
+        entry = self.entries(session_id).get(assistant_uuid)
+        if entry is None:
+            raise TranscriptError(f"assistant entry {assistant_uuid} is missing")
+        for block in entry.message.tool_uses():
+            if block.id == tool_use_id:
+                return block
+        raise TranscriptError(f"tool_use {tool_use_id} is not in entry {assistant_uuid}")
+
+    def put_tool_result(self, session_id: str, block: ToolResultBlock) -> None:
+        """Keep a finished tool's result until the next user entry takes it (last write wins)."""
+        folder = self._results_dir(session_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{_SAFE_ID.sub('_', block.tool_use_id)}.json"
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(block.model_dump_json(), encoding="utf-8")
+        tmp.replace(target)
+
+    def get_tool_result(self, session_id: str, tool_use_id: str) -> ToolResultBlock | None:
+        target = self._results_dir(session_id) / f"{_SAFE_ID.sub('_', tool_use_id)}.json"
+        if not target.exists():
+            return None
+        return ToolResultBlock.model_validate_json(target.read_text(encoding="utf-8"))
+
+
+def user_message(store: TranscriptStore, session_id: str, pending: PendingUser) -> Message:
+    """The user entry's message: the prompt, or tool results (stored or inline), in order."""
+    content: list[ContentBlock] = []
+    for ref in pending.results:
+        block = ref.inline or store.get_tool_result(session_id, ref.tool_use_id)
+        if block is None:
+            block = ToolResultBlock(
+                tool_use_id=ref.tool_use_id,
+                content="The result of this tool call was lost; it may or may not have run.",
+                is_error=True,
+            )
+        content.append(block)
+    if pending.prompt is not None:
+        content.append(TextBlock(text=pending.prompt))
+    return Message(role="user", content=content)
+
+
+def append_pending(
+    store: TranscriptStore, session_id: str, pending: PendingUser
+) -> TranscriptEntry:
+    return store.append(
+        session_id, pending.uuid, pending.parent_uuid, user_message(store, session_id, pending)
+    )
+
+
+class StoreActivities:
+    """Small store operations the workflow needs outside a model call."""
+
+    def __init__(self, store: TranscriptStore) -> None:
+        self.store = store
+
+    @activity.defn(name="append_entry")
+    async def append_entry(self, req: AppendEntryInput) -> AppendEntryOutput:
+        return AppendEntryOutput(uuid=append_pending(self.store, req.session_id, req.entry).uuid)
+
+    @activity.defn(name="transcript_location")
+    async def transcript_location(self, session_id: str) -> str:
+        return str(self.store.transcript_path(session_id))

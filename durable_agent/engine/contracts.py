@@ -1,0 +1,105 @@
+"""Inputs and outputs of every activity and workflow: one pydantic model each."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from durable_agent.engine.messages import Usage
+from durable_agent.engine.state import PendingUser, QueryConfig, QueryResult, State
+
+
+class CallModelInput(BaseModel):
+    """Ids and the few new entries; the activity reads the rest of the chain from the store."""
+
+    session_id: str
+    parent_uuid: str | None
+    new_user: PendingUser | None = None
+    assistant_uuid: str
+    config: QueryConfig
+
+
+class ToolCall(BaseModel):
+    """A tool_use the model asked for, without its (possibly large) input."""
+
+    id: str
+    name: str
+    concurrency_safe: bool
+    read_only: bool
+    summary: str
+
+
+class CallModelOutput(BaseModel):
+    assistant_uuid: str
+    stop_reason: str | None
+    usage: Usage
+    text: str = ""
+    """Assistant text, capped at TEXT_PREVIEW_CHARS (the store keeps it whole)."""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    model: str = ""
+
+
+class RunToolInput(BaseModel):
+    """The tool_use block itself is read from the store by (assistant_uuid, tool_use_id)."""
+
+    session_id: str
+    assistant_uuid: str
+    tool_use_id: str
+    name: str
+    workspace: str
+
+
+class RunToolOutput(BaseModel):
+    tool_use_id: str
+    is_error: bool
+    preview: str
+    """First line(s) of the result for display; the whole result is in the store."""
+
+
+class AppendEntryInput(BaseModel):
+    session_id: str
+    entry: PendingUser
+
+
+class AppendEntryOutput(BaseModel):
+    uuid: str
+
+
+class QueryInput(BaseModel):
+    """Input of QueryWorkflow; `state` is set when continuing as new."""
+
+    session_id: str
+    prompt: str
+    parent_uuid: str | None
+    config: QueryConfig
+    state: State | None = None
+
+
+class SessionInput(BaseModel):
+    session_id: str
+    config: QueryConfig
+    head_uuid: str | None = None
+    initial_prompt: str | None = None
+    initial_max_turns: int | None = None
+    close_when_idle: bool = False
+    """End the session after the initial prompt (headless `run`)."""
+    queries: int = 0
+
+
+class PromptRequest(BaseModel):
+    prompt: str
+    max_turns: int | None = None
+
+
+class PromptAccepted(BaseModel):
+    query_workflow_id: str
+    index: int
+
+
+class SessionStatus(BaseModel):
+    session_id: str
+    running_query_id: str | None
+    head_uuid: str | None
+    queries: int
+    last_result: QueryResult | None = None
+    last_error: str | None = None
+    closed: bool = False

@@ -1,0 +1,115 @@
+"""Content blocks, messages and transcript entries (the Messages API shapes, as pydantic models)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Block(BaseModel):
+    # Unknown fields from the API (citations, cache_control, …) survive a round trip.
+    model_config = ConfigDict(extra="allow")
+
+
+class TextBlock(_Block):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolUseBlock(_Block):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ImageSource(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["base64", "url"] = "base64"
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+
+class ImageBlock(_Block):
+    type: Literal["image"] = "image"
+    source: ImageSource
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str | list[TextBlock | ImageBlock] = ""
+    is_error: bool = False
+
+
+class ThinkingBlock(_Block):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
+
+
+class RedactedThinkingBlock(_Block):
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+ContentBlock = Annotated[
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | ImageBlock,
+    Field(discriminator="type"),
+]
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant"]
+    content: list[ContentBlock]
+
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+class Usage(BaseModel):
+    """Token usage of one model call, cache tokens included."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + other.cache_creation_input_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+
+class TranscriptEntry(BaseModel):
+    """One line of a session's JSONL transcript; `parentUuid` links it to the one before."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    uuid: str
+    parent_uuid: str | None = Field(default=None, alias="parentUuid")
+    type: Literal["user", "assistant"]
+    message: Message
+    timestamp: str = ""
+    session_id: str = Field(default="", alias="sessionId")
+
+
+def to_api_messages(chain: list[TranscriptEntry]) -> list[dict[str, Any]]:
+    """The request's `messages` for a transcript chain: consecutive same-role entries merged."""
+    out: list[dict[str, Any]] = []
+    for entry in chain:
+        blocks = [b.model_dump(exclude_none=True) for b in entry.message.content]
+        if out and out[-1]["role"] == entry.message.role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": entry.message.role, "content": blocks})
+    return out

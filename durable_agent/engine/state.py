@@ -1,0 +1,138 @@
+"""The query loop's closed sets (transitions, terminals), its frozen State and QueryConfig."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from durable_agent.engine.messages import ToolResultBlock, Usage
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MAX_OUTPUT_TOKENS = 8_000
+DEFAULT_TOOL_CONCURRENCY = 10
+TOOL_CONCURRENCY_ENV = "DURABLE_AGENT_MAX_TOOL_USE_CONCURRENCY"
+DEFAULT_ITERATIONS_PER_RUN = 100
+TEXT_PREVIEW_CHARS = 16_000
+
+
+class Transition(StrEnum):
+    """Why the loop continued (the reference engine's `transition.reason`)."""
+
+    NEXT_TURN = "next_turn"
+    STOP_HOOK_BLOCKING = "stop_hook_blocking"
+    TOKEN_BUDGET_CONTINUATION = "token_budget_continuation"
+    REACTIVE_COMPACT_RETRY = "reactive_compact_retry"
+    COLLAPSE_DRAIN_RETRY = "collapse_drain_retry"
+    MAX_OUTPUT_TOKENS_ESCALATE = "max_output_tokens_escalate"
+    MAX_OUTPUT_TOKENS_RECOVERY = "max_output_tokens_recovery"
+
+
+class Terminal(StrEnum):
+    """Why a query ended. These names are the public contract."""
+
+    COMPLETED = "completed"
+    ABORTED_STREAMING = "aborted_streaming"
+    ABORTED_TOOLS = "aborted_tools"
+    BLOCKING_LIMIT = "blocking_limit"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    IMAGE_ERROR = "image_error"
+    MODEL_ERROR = "model_error"
+    MAX_TURNS = "max_turns"
+    HOOK_STOPPED = "hook_stopped"
+    STOP_HOOK_PREVENTED = "stop_hook_prevented"
+
+
+class QueryConfig(BaseModel):
+    """Gates and limits, snapshotted once when a query starts (never read from env in a workflow)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str = DEFAULT_MODEL
+    """Model id sent to the Messages API."""
+    max_turns: int | None = None
+    """Stop with `max_turns` once this many model turns ran (None = unlimited)."""
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    """`max_tokens` of each request."""
+    system_prompt: str | None = None
+    """Extra system prompt text appended to the built-in one."""
+    workspace: str = "."
+    """Absolute path of the directory the tools are confined to."""
+    tools: tuple[str, ...] = ("Read", "Write", "Edit", "Bash", "Grep", "Glob")
+    """Names of the tools offered to the model."""
+    tool_concurrency: int = Field(default=DEFAULT_TOOL_CONCURRENCY, ge=1)
+    """How many concurrency-safe tools run at once."""
+    query_source: str = "sdk"
+    """Who asks (the reference engine's querySource); decides 529 handling later."""
+    iterations_per_run: int = Field(default=DEFAULT_ITERATIONS_PER_RUN, ge=1)
+    """Continue-as-new after this many loop iterations in one workflow run."""
+    model_heartbeat_seconds: float = 30.0
+    """Heartbeat timeout of the model activity (a dead worker is noticed after this)."""
+    tool_heartbeat_seconds: float = 30.0
+    """Heartbeat timeout of tool activities."""
+    model_call_timeout_seconds: float = 600.0
+    """start_to_close of one model call attempt."""
+    tool_timeout_seconds: float = 900.0
+    """start_to_close of one tool attempt (Bash has its own, shorter, timeout)."""
+
+
+class ToolResultRef(BaseModel):
+    """A tool_result for the next user entry: stored by the tool activity, or given inline."""
+
+    tool_use_id: str
+    inline: ToolResultBlock | None = None
+
+
+class PendingUser(BaseModel):
+    """A user entry the workflow has decided on but the store may not hold yet."""
+
+    uuid: str
+    parent_uuid: str | None
+    prompt: str | None = None
+    results: list[ToolResultRef] = Field(default_factory=list)
+
+
+class State(BaseModel):
+    """Everything carried from one loop iteration to the next (and across continue-as-new)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turn_count: int = 1
+    head_uuid: str | None = None
+    pending: PendingUser | None = None
+    transition: Transition | None = None
+    usage: Usage = Usage()
+    transitions: tuple[Transition, ...] = ()
+    event_count: int = 0
+
+    def next(self, transition: Transition, **changes: object) -> State:
+        """A new State for a `continue`, recording why."""
+        return self.model_copy(
+            update={
+                "transition": transition,
+                "transitions": (*self.transitions, transition),
+                **changes,
+            }
+        )
+
+
+class ProgressEvent(BaseModel):
+    """What the CLI shows while a query runs."""
+
+    index: int
+    kind: str  # "text" | "tool_call" | "tool_result" | "status"
+    text: str
+    is_error: bool = False
+
+
+class QueryResult(BaseModel):
+    """The outcome of one prompt."""
+
+    terminal: Terminal
+    message: str = ""
+    head_uuid: str | None = None
+    turn_count: int = 0
+    usage: Usage = Usage()
+    final_text: str = ""
+    transitions: list[Transition] = Field(default_factory=list)
+    query_workflow_id: str = ""

@@ -1,0 +1,220 @@
+"""Tool specs (Claude Code's names and input schemas) and `partition_tool_calls`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from durable_agent.engine.messages import ToolUseBlock
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ReadInput(_Input):
+    file_path: str = Field(
+        description="Path of the file to read (absolute, or relative to the workspace)"
+    )
+    offset: int | None = Field(
+        default=None, ge=1, description="Line number to start reading from (1-based)"
+    )
+    limit: int | None = Field(default=None, ge=1, description="Number of lines to read")
+
+
+class WriteInput(_Input):
+    file_path: str = Field(description="Path of the file to write")
+    content: str = Field(description="The content to write to the file")
+
+
+class EditInput(_Input):
+    file_path: str = Field(description="Path of the file to modify")
+    old_string: str = Field(description="The exact text to replace")
+    new_string: str = Field(description="The text to replace it with (must differ from old_string)")
+    replace_all: bool = Field(default=False, description="Replace every occurrence of old_string")
+
+
+class BashInput(_Input):
+    command: str = Field(description="The shell command to run in the workspace")
+    timeout: int | None = Field(
+        default=None, ge=1, le=600_000, description="Timeout in milliseconds (max 600000)"
+    )
+    description: str | None = Field(
+        default=None, description="What the command does, in 5-10 words"
+    )
+
+
+class GrepInput(_Input):
+    pattern: str = Field(description="Regular expression to search for")
+    path: str | None = Field(
+        default=None, description="File or directory to search (default: the workspace)"
+    )
+    glob: str | None = Field(
+        default=None, description='Glob that file names must match, e.g. "*.py"'
+    )
+    type: str | None = Field(default=None, description='File type to search, e.g. "py", "js"')
+    output_mode: Literal["content", "files_with_matches", "count"] = Field(
+        default="files_with_matches", description="What to show"
+    )
+    case_insensitive: bool = Field(default=False, alias="-i", description="Case-insensitive search")
+    line_numbers: bool = Field(
+        default=False, alias="-n", description="Show line numbers (content mode)"
+    )
+    after: int | None = Field(
+        default=None, ge=0, alias="-A", description="Lines of context after a match"
+    )
+    before: int | None = Field(
+        default=None, ge=0, alias="-B", description="Lines of context before a match"
+    )
+    context: int | None = Field(
+        default=None, ge=0, alias="-C", description="Lines of context around a match"
+    )
+    head_limit: int | None = Field(
+        default=None, ge=1, description="Show only the first N lines/entries"
+    )
+
+
+class GlobInput(_Input):
+    pattern: str = Field(description='Glob pattern, e.g. "**/*.py"')
+    path: str | None = Field(
+        default=None, description="Directory to search in (default: the workspace)"
+    )
+
+
+class ToolSpec(BaseModel):
+    """What the engine knows about a tool without running it."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    description: str
+    input_model: type[_Input]
+    read_only: bool
+    concurrency_safe: bool
+    summary_field: str
+
+    def json_schema(self) -> dict[str, Any]:
+        return self.input_model.model_json_schema(by_alias=True)
+
+    def api_tool(self) -> dict[str, Any]:
+        """The tool's entry in a Messages API request's `tools`."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.json_schema(),
+        }
+
+    def parse(self, raw: dict[str, Any]) -> _Input:
+        return self.input_model.model_validate(raw)
+
+    def is_concurrency_safe(self, raw: dict[str, Any]) -> bool:
+        """Safe to run beside others; invalid input counts as unsafe."""
+        try:
+            self.parse(raw)
+        except ValidationError:
+            return False
+        return self.concurrency_safe
+
+    def summary(self, raw: dict[str, Any]) -> str:
+        """One line for the UI: "Bash: git status"."""
+        value = str(raw.get(self.summary_field, "")).strip().splitlines()
+        first = value[0] if value else ""
+        if len(first) > 80:
+            first = first[:77] + "..."
+        return f"{self.name}: {first}" if first else self.name
+
+
+TOOL_SPECS: dict[str, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            name="Read",
+            description="Read a file from the workspace. Output has line numbers (cat -n style). "
+            "Use offset/limit for large files.",
+            input_model=ReadInput,
+            read_only=True,
+            concurrency_safe=True,
+            summary_field="file_path",
+        ),
+        ToolSpec(
+            name="Write",
+            description="Write a file in the workspace, replacing it if it exists.",
+            input_model=WriteInput,
+            read_only=False,
+            concurrency_safe=False,
+            summary_field="file_path",
+        ),
+        ToolSpec(
+            name="Edit",
+            description="Replace an exact string in a file. old_string must occur exactly once "
+            "unless replace_all is true.",
+            input_model=EditInput,
+            read_only=False,
+            concurrency_safe=False,
+            summary_field="file_path",
+        ),
+        ToolSpec(
+            name="Bash",
+            description="Run a shell command in the workspace directory and return its output "
+            "and exit code.",
+            input_model=BashInput,
+            read_only=False,
+            concurrency_safe=False,
+            summary_field="command",
+        ),
+        ToolSpec(
+            name="Grep",
+            description="Search file contents with a regular expression (ripgrep syntax).",
+            input_model=GrepInput,
+            read_only=True,
+            concurrency_safe=True,
+            summary_field="pattern",
+        ),
+        ToolSpec(
+            name="Glob",
+            description="Find files by name with a glob pattern; newest first.",
+            input_model=GlobInput,
+            read_only=True,
+            concurrency_safe=True,
+            summary_field="pattern",
+        ),
+    )
+}
+
+
+def tool_is_concurrency_safe(block: ToolUseBlock, specs: dict[str, ToolSpec] = TOOL_SPECS) -> bool:
+    """Unknown tools, invalid input and a raising safety check all count as unsafe."""
+    spec = specs.get(block.name)
+    if spec is None:
+        return False
+    try:
+        return spec.is_concurrency_safe(block.input)
+    except Exception:
+        return False
+
+
+class Batch(BaseModel):
+    """Tool calls that run together: a parallel group of safe calls, or one unsafe call."""
+
+    concurrency_safe: bool
+    blocks: list[ToolUseBlock]
+
+
+def partition_tool_calls(
+    blocks: Sequence[ToolUseBlock],
+    is_safe: Callable[[ToolUseBlock], bool] = tool_is_concurrency_safe,
+) -> list[Batch]:
+    """Consecutive concurrency-safe calls form one batch; anything else runs alone."""
+    batches: list[Batch] = []
+    for block in blocks:
+        try:
+            safe = bool(is_safe(block))
+        except Exception:
+            safe = False
+        if safe and batches and batches[-1].concurrency_safe:
+            batches[-1].blocks.append(block)
+        else:
+            batches.append(Batch(concurrency_safe=safe, blocks=[block]))
+    return batches

@@ -1,0 +1,153 @@
+"""Cassettes: scripted Messages API turns, and the SSE events a turn streams as."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ErrorReply(BaseModel):
+    """An HTTP error the server answers with instead of a message."""
+
+    status: int
+    type: str = "api_error"
+    message: str = "scripted error"
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class Expect(BaseModel):
+    """Checks on the request; a mismatch is answered 400 and recorded as a violation."""
+
+    last_user_contains: list[str] = Field(default_factory=list)
+    """Substrings that must occur in the JSON of the request's last user message."""
+    model: str | None = None
+
+
+class Turn(BaseModel):
+    """One request's answer: a `response` (a Messages API message) or an `error`."""
+
+    response: dict[str, Any] | None = None
+    error: ErrorReply | None = None
+    expect: Expect | None = None
+    event_delay: float = 0.0
+    """Seconds to wait between SSE events (for slow-stream tests)."""
+
+
+def load_cassette(path: Path) -> list[Turn]:
+    turns = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                turns.append(Turn.model_validate_json(line))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not a cassette turn: {exc}") from exc
+    return turns
+
+
+def save_turn(path: Path, turn: Turn) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(turn.model_dump_json(exclude_none=True, exclude_defaults=True) + "\n")
+
+
+def text_turn(text: str, **usage: int) -> Turn:
+    return Turn(response=message([{"type": "text", "text": text}], "end_turn", **usage))
+
+
+def tool_turn(calls: list[tuple[str, str, dict[str, Any]]], text: str = "", **usage: int) -> Turn:
+    """A turn asking for tools: calls are (id, name, input)."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    blocks += [{"type": "tool_use", "id": i, "name": n, "input": inp} for i, n, inp in calls]
+    return Turn(response=message(blocks, "tool_use", **usage))
+
+
+def message(content: list[dict[str, Any]], stop_reason: str, **usage: int) -> dict[str, Any]:
+    return {
+        "id": "msg_replay",
+        "type": "message",
+        "role": "assistant",
+        "model": "replay",
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": usage.get("input_tokens", 100),
+            "output_tokens": usage.get("output_tokens", 20),
+            "cache_creation_input_tokens": usage.get("cache_creation_input_tokens", 0),
+            "cache_read_input_tokens": usage.get("cache_read_input_tokens", 0),
+        },
+    }
+
+
+def _chunks(text: str, parts: int = 3) -> list[str]:
+    if not text:
+        return []
+    size = max(1, -(-len(text) // parts))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def sse_events(msg: dict[str, Any], model: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The (event, data) pairs a streaming Messages API response sends for `msg`."""
+    usage = dict(msg.get("usage") or {})
+    start = {
+        **msg,
+        "model": msg.get("model") if msg.get("model") not in (None, "replay") else model,
+        "content": [],
+        "stop_reason": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
+    yield "message_start", {"type": "message_start", "message": start}
+    yield "ping", {"type": "ping"}
+    for index, block in enumerate(msg.get("content", [])):
+        kind = block.get("type")
+        if kind == "text":
+            yield "content_block_start", _start(index, {"type": "text", "text": ""})
+            for piece in _chunks(block.get("text", "")):
+                yield "content_block_delta", _delta(index, {"type": "text_delta", "text": piece})
+        elif kind == "tool_use":
+            yield "content_block_start", _start(index, {**block, "input": {}})
+            for piece in _chunks(json.dumps(block.get("input", {}))):
+                yield (
+                    "content_block_delta",
+                    _delta(index, {"type": "input_json_delta", "partial_json": piece}),
+                )
+        elif kind == "thinking":
+            yield (
+                "content_block_start",
+                _start(index, {"type": "thinking", "thinking": "", "signature": ""}),
+            )
+            for piece in _chunks(block.get("thinking", "")):
+                yield (
+                    "content_block_delta",
+                    _delta(index, {"type": "thinking_delta", "thinking": piece}),
+                )
+            yield (
+                "content_block_delta",
+                _delta(index, {"type": "signature_delta", "signature": block.get("signature", "")}),
+            )
+        else:
+            yield "content_block_start", _start(index, block)
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    yield (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": msg.get("stop_reason"),
+                "stop_sequence": msg.get("stop_sequence"),
+            },
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+        },
+    )
+    yield "message_stop", {"type": "message_stop"}
+
+
+def _start(index: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": delta}

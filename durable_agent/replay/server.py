@@ -1,0 +1,185 @@
+"""A Messages-API-compatible HTTP server on 127.0.0.1 that streams real SSE from a cassette."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from durable_agent.replay.cassette import ErrorReply, Turn, sse_events
+
+Script = Callable[[dict[str, Any], int], Turn]
+
+
+def tool_pairing_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """What the real API would reject: a tool_use not answered, in order, in the next user turn."""
+    problems = []
+    for i, msg in enumerate(messages):
+        if msg.get("role") != "assistant" or not isinstance(msg.get("content"), list):
+            continue
+        ids = [b["id"] for b in msg["content"] if b.get("type") == "tool_use"]
+        if not ids:
+            continue
+        if i + 1 >= len(messages):
+            problems.append(f"messages[{i}]: tool_use ids {ids} have no following user message")
+            continue
+        nxt = messages[i + 1].get("content")
+        got = (
+            [b.get("tool_use_id") for b in nxt if b.get("type") == "tool_result"]
+            if isinstance(nxt, list)
+            else []
+        )
+        if got != ids:
+            problems.append(
+                f"messages[{i + 1}]: tool_result ids {got} do not answer tool_use ids {ids} in order"
+            )
+    return problems
+
+
+class ReplayServer:
+    """Serves `turns` in order (or asks `script` for each), recording every request."""
+
+    def __init__(self, turns: list[Turn] | Script, strict: bool = True, port: int = 0) -> None:
+        self._turns = turns
+        self.strict = strict
+        self.requests: list[dict[str, Any]] = []
+        self.violations: list[str] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def turns_served(self) -> int:
+        return len(self.requests)
+
+    def remaining(self) -> int:
+        return len(self._turns) - len(self.requests) if isinstance(self._turns, list) else 0
+
+    def start(self) -> ReplayServer:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="replay-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> ReplayServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def next_turn(self, body: dict[str, Any]) -> Turn:
+        with self._lock:
+            index = len(self.requests)
+            self.requests.append(body)
+            if callable(self._turns):
+                return self._turns(body, index)
+            if index >= len(self._turns):
+                return self._violation(
+                    f"request {index + 1}: the cassette has only {len(self._turns)} turns"
+                )
+            turn = self._turns[index]
+            problems = tool_pairing_problems(body.get("messages", [])) if self.strict else []
+            problems += _expectation_problems(turn, body)
+            if problems:
+                return self._violation(f"request {index + 1}: " + "; ".join(problems))
+            return turn
+
+    def _violation(self, text: str) -> Turn:
+        self.violations.append(text)
+        return Turn(
+            error=ErrorReply(status=400, type="invalid_request_error", message=f"replay: {text}")
+        )
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except json.JSONDecodeError:
+                    return self._error(
+                        ErrorReply(
+                            status=400, type="invalid_request_error", message="body is not JSON"
+                        )
+                    )
+                if not self.path.split("?")[0].endswith("/v1/messages"):
+                    return self._error(
+                        ErrorReply(
+                            status=404, type="not_found_error", message=f"no route {self.path}"
+                        )
+                    )
+                turn = server.next_turn(body)
+                if turn.error is not None:
+                    return self._error(turn.error)
+                assert turn.response is not None
+                if body.get("stream"):
+                    self._stream(turn, body.get("model", "replay"))
+                else:
+                    self._json(200, {**turn.response, "model": body.get("model", "replay")})
+
+            def _json(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _error(self, err: ErrorReply) -> None:
+                body = {"type": "error", "error": {"type": err.type, "message": err.message}}
+                self._json(err.status, body, err.headers)
+
+            def _stream(self, turn: Turn, model: str) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                self.send_header("connection", "close")
+                self.end_headers()
+                assert turn.response is not None
+                for event, data in sse_events(turn.response, model):
+                    if turn.event_delay:
+                        time.sleep(turn.event_delay)
+                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
+                self.close_connection = True
+
+        return Handler
+
+
+def _expectation_problems(turn: Turn, body: dict[str, Any]) -> list[str]:
+    if turn.expect is None:
+        return []
+    problems = []
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    last = json.dumps(users[-1]) if users else ""
+    for needle in turn.expect.last_user_contains:
+        if needle not in last:
+            problems.append(f"expected {needle!r} in the last user message")
+    if turn.expect.model and body.get("model") != turn.expect.model:
+        problems.append(f"expected model {turn.expect.model!r}, got {body.get('model')!r}")
+    return problems

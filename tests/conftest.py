@@ -1,0 +1,69 @@
+"""Shared fixtures: one dev server and one time-skipping server per test run (DESIGN.md §5)."""
+
+from __future__ import annotations
+
+import asyncio
+import sysconfig
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.transcript import TranscriptStore
+
+BIN = Path(sysconfig.get_path("scripts"))
+DEV_SERVER_ARGS = [
+    "--dynamic-config-value",
+    "history.transferProcessorMaxPollRPS=2000",
+    "--dynamic-config-value",
+    "history.timerProcessorMaxPollRPS=2000",
+]
+
+
+@pytest_asyncio.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=str(BIN / "temporal"),
+        dev_server_extra_args=DEV_SERVER_ARGS,
+    )
+    yield env
+    await env.shutdown()
+    await asyncio.sleep(0.5)  # the SDK's native layer crashes on an immediate exit
+
+
+@pytest_asyncio.fixture(scope="session")
+async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=str(BIN / "temporal-test-server"),
+    )
+    yield env
+    await env.shutdown()
+    await asyncio.sleep(0.5)
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid.uuid4()}"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TranscriptStore:
+    return TranscriptStore(tmp_path / "state")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Path]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    yield ws
+
+
+def client_of(env: WorkflowEnvironment) -> Client:
+    return env.client

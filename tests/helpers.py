@@ -1,0 +1,46 @@
+"""Test helpers: run a session end to end against a replay server."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import anthropic
+from temporalio.client import Client
+
+from activities.transcript import TranscriptStore
+from durable_agent.engine.contracts import SessionInput, SessionStatus
+from durable_agent.engine.state import QueryConfig
+from durable_agent.replay import ReplayServer
+from worker import build_worker
+from workflows.session import SessionWorkflow
+
+
+def replay_client_factory(server: ReplayServer):
+    def factory() -> anthropic.AsyncAnthropic:
+        return anthropic.AsyncAnthropic(api_key="test-key", base_url=server.base_url, max_retries=0)
+
+    return factory
+
+
+async def run_session(
+    client: Client,
+    server: ReplayServer,
+    store: TranscriptStore,
+    workspace: Path,
+    prompt: str,
+    task_queue: str,
+    **config: object,
+) -> tuple[str, SessionStatus]:
+    session_id = f"test-{uuid.uuid4()}"
+    cfg = QueryConfig.model_validate({"workspace": str(workspace), **config})
+    async with build_worker(client, task_queue, store, replay_client_factory(server)):
+        status = await client.execute_workflow(
+            SessionWorkflow.run,
+            SessionInput(
+                session_id=session_id, config=cfg, initial_prompt=prompt, close_when_idle=True
+            ),
+            id=session_id,
+            task_queue=task_queue,
+        )
+    return session_id, status

@@ -1,0 +1,255 @@
+"""QueryWorkflow: one prompt → Terminal. The reference engine's `while True` query loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.engine.contracts import (
+        AppendEntryInput,
+        CallModelInput,
+        QueryInput,
+        RunToolInput,
+        RunToolOutput,
+        ToolCall,
+    )
+    from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
+    from durable_agent.engine.state import (
+        PendingUser,
+        ProgressEvent,
+        QueryResult,
+        State,
+        Terminal,
+        ToolResultRef,
+        Transition,
+    )
+    from durable_agent.engine.tools import partition_tool_calls
+    from workflows import activity_options as steps
+
+T = TypeVar("T")
+
+INTERRUPTED_TOOL = "Interrupted by user: this tool call was cancelled and may have partly run."
+NOT_RUN_TOOL = "Interrupted by user before this tool call ran; it did not run."
+
+
+class _Interrupted(Exception):
+    """Raised inside the loop when the user's interrupt cancelled the running step."""
+
+
+@workflow.defn(name="QueryWorkflow")
+class QueryWorkflow:
+    def __init__(self) -> None:
+        self._interrupted = False
+        self._events: list[ProgressEvent] = []
+        self._running: list[asyncio.Future[Any]] = []
+        self._phase = "starting"
+        self._session_id = ""
+
+    @workflow.signal
+    def interrupt(self) -> None:
+        """Cancel the running model call or tools; the query ends aborted_*."""
+        self._interrupted = True
+        for task in self._running:
+            task.cancel()
+
+    @workflow.query
+    def progress(self, since: int = 0) -> list[ProgressEvent]:
+        return [e for e in self._events if e.index >= since]
+
+    @workflow.query
+    def phase(self) -> str:
+        return self._phase
+
+    def _emit(self, state: State, kind: str, text: str, is_error: bool = False) -> State:
+        self._events.append(
+            ProgressEvent(index=state.event_count, kind=kind, text=text, is_error=is_error)
+        )
+        return state.model_copy(update={"event_count": state.event_count + 1})
+
+    async def _guarded(self, awaitable: Awaitable[T]) -> T:
+        """Await an activity so that an interrupt cancels it and surfaces as _Interrupted."""
+        task = asyncio.ensure_future(awaitable)
+        self._running.append(task)
+        try:
+            return await task
+        except (ActivityError, CancelledError, asyncio.CancelledError) as exc:
+            if self._interrupted:
+                raise _Interrupted from exc
+            raise
+        finally:
+            self._running.remove(task)
+
+    @workflow.run
+    async def run(self, inp: QueryInput) -> QueryResult:
+        cfg = inp.config
+        self._session_id = inp.session_id
+        state = inp.state or State(
+            head_uuid=inp.parent_uuid,
+            pending=PendingUser(
+                uuid=str(workflow.uuid4()), parent_uuid=inp.parent_uuid, prompt=inp.prompt
+            ),
+        )
+        iterations = 0
+        while True:
+            if (
+                iterations >= cfg.iterations_per_run
+                or workflow.info().is_continue_as_new_suggested()
+            ):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(inp.model_copy(update={"state": state}))
+            iterations += 1
+            if self._interrupted:
+                return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
+
+            # call the model
+            self._phase = "streaming"
+            workflow.set_current_details(f"turn {state.turn_count}: waiting for the model")
+            assistant_uuid = str(workflow.uuid4())
+            try:
+                out = await self._guarded(
+                    steps.call_model(
+                        CallModelInput(
+                            session_id=inp.session_id,
+                            parent_uuid=state.head_uuid,
+                            new_user=state.pending,
+                            assistant_uuid=assistant_uuid,
+                            config=cfg,
+                        ),
+                        summary=f"model turn {state.turn_count}",
+                    )
+                )
+            except _Interrupted:
+                return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
+            except ActivityError as exc:
+                return await self._finish(state, Terminal.MODEL_ERROR, _error_text(exc))
+            state = state.model_copy(
+                update={
+                    "head_uuid": assistant_uuid,
+                    "pending": None,
+                    "usage": state.usage + out.usage,
+                }
+            )
+            if out.text:
+                state = self._emit(state, "text", out.text)
+            if not out.tool_calls:
+                return self._result(state, Terminal.COMPLETED, final_text=out.text)
+
+            # run the tools
+            self._phase = "tools"
+            for call in out.tool_calls:
+                state = self._emit(state, "tool_call", call.summary)
+            refs, outputs = await self._run_tools(inp, assistant_uuid, out.tool_calls)
+            for call in out.tool_calls:
+                done = outputs.get(call.id)
+                if done is not None:
+                    state = self._emit(
+                        state, "tool_result", f"{call.summary} → {done.preview}", done.is_error
+                    )
+            pending = PendingUser(
+                uuid=str(workflow.uuid4()), parent_uuid=assistant_uuid, results=refs
+            )
+            state = state.model_copy(update={"pending": pending})
+            if self._interrupted:
+                return await self._finish(state, Terminal.ABORTED_TOOLS, "interrupted by user")
+            if cfg.max_turns is not None and state.turn_count + 1 > cfg.max_turns:
+                return await self._finish(
+                    state, Terminal.MAX_TURNS, f"reached the maximum of {cfg.max_turns} turns"
+                )
+            state = state.next(Transition.NEXT_TURN, turn_count=state.turn_count + 1)
+
+    async def _run_tools(
+        self, inp: QueryInput, assistant_uuid: str, calls: list[ToolCall]
+    ) -> tuple[list[ToolResultRef], dict[str, RunToolOutput]]:
+        """Batches from partition_tool_calls; results in request order whatever finishes first."""
+        cfg = inp.config
+        by_id = {c.id: c for c in calls}
+        blocks = [ToolUseBlock(id=c.id, name=c.name) for c in calls]
+        limit = asyncio.Semaphore(cfg.tool_concurrency)
+        outputs: dict[str, RunToolOutput] = {}
+        failed: dict[str, str] = {}
+        started: set[str] = set()
+
+        async def one(call: ToolCall) -> None:
+            async with limit:
+                if self._interrupted:
+                    return
+                started.add(call.id)
+                workflow.set_current_details(f"running {call.summary}")
+                outputs[call.id] = await self._guarded(
+                    steps.run_tool(
+                        RunToolInput(
+                            session_id=inp.session_id,
+                            assistant_uuid=assistant_uuid,
+                            tool_use_id=call.id,
+                            name=call.name,
+                            workspace=cfg.workspace,
+                        ),
+                        cfg,
+                        call.summary,
+                    )
+                )
+
+        for batch in partition_tool_calls(blocks, lambda b: by_id[b.id].concurrency_safe):
+            if self._interrupted:
+                break
+            results = await asyncio.gather(
+                *(one(by_id[b.id]) for b in batch.blocks), return_exceptions=True
+            )
+            for block, res in zip(batch.blocks, results, strict=True):
+                if isinstance(res, _Interrupted):
+                    continue
+                if isinstance(res, ActivityError):
+                    failed[block.id] = f"The tool failed to run: {_error_text(res)}"
+                elif isinstance(res, BaseException):
+                    raise res
+        refs = []
+        for call in calls:
+            if call.id in outputs:
+                refs.append(ToolResultRef(tool_use_id=call.id))
+                continue
+            text = failed.get(call.id) or (INTERRUPTED_TOOL if call.id in started else NOT_RUN_TOOL)
+            outputs[call.id] = RunToolOutput(tool_use_id=call.id, is_error=True, preview=text)
+            inline = ToolResultBlock(tool_use_id=call.id, content=text, is_error=True)
+            refs.append(ToolResultRef(tool_use_id=call.id, inline=inline))
+        return refs, outputs
+
+    async def _finish(self, state: State, terminal: Terminal, message: str) -> QueryResult:
+        """Store the pending user entry (so the transcript stays valid), then return."""
+        if state.pending is not None:
+            stored = await steps.append_entry(
+                AppendEntryInput(session_id=self._session_id, entry=state.pending)
+            )
+            state = state.model_copy(update={"head_uuid": stored.uuid, "pending": None})
+        if message:
+            state = self._emit(state, "status", message, is_error=terminal != Terminal.COMPLETED)
+        return self._result(state, terminal, message=message)
+
+    def _result(
+        self, state: State, terminal: Terminal, message: str = "", final_text: str = ""
+    ) -> QueryResult:
+        self._phase = "done"
+        workflow.set_current_details(f"finished: {terminal.value}")
+        return QueryResult(
+            terminal=terminal,
+            message=message,
+            head_uuid=state.head_uuid,
+            turn_count=state.turn_count,
+            usage=state.usage,
+            final_text=final_text,
+            transitions=list(state.transitions),
+            query_workflow_id=workflow.info().workflow_id,
+        )
+
+
+def _error_text(exc: BaseException) -> str:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ApplicationError):
+            return cause.message
+        cause = cause.__cause__
+    return str(exc)
