@@ -32,7 +32,7 @@ TOOL_IMPLS: dict[str, ToolImpl] = {
     "Grep": run_grep,
     "Glob": run_glob,
 }
-PREVIEW_CHARS = 200
+PREVIEW_CHARS = 120
 
 
 def _validation_message(name: str, exc: ValidationError) -> str:
@@ -62,10 +62,19 @@ async def execute_tool(name: str, raw_input: dict[str, Any], workspace: str) -> 
         return ToolOutput(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
 
 
-def preview(text: str) -> str:
-    first = text.strip().splitlines()[:3]
-    joined = " ⏎ ".join(first)
-    return joined if len(joined) <= PREVIEW_CHARS else joined[: PREVIEW_CHARS - 1] + "…"
+def preview(name: str, text: str) -> str:
+    """One line for the UI: the last line of a command's output, else the first; line count."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip().strip("-=")]
+    if not lines:
+        return "(no output)"
+    line = lines[0]
+    if name == "Bash":
+        line = lines[-1]
+        if line.startswith("Exit code") and len(lines) > 1:
+            line = f"{lines[-2]} [{line.lower()}]"
+    if len(line) > PREVIEW_CHARS:
+        line = line[: PREVIEW_CHARS - 1] + "…"
+    return f"{line} (+{len(lines) - 1} lines)" if len(lines) > 1 else line
 
 
 class ToolActivities:
@@ -88,5 +97,7 @@ class ToolActivities:
         )
         self.store.put_tool_result(req.session_id, result)
         return RunToolOutput(
-            tool_use_id=req.tool_use_id, is_error=output.is_error, preview=preview(output.content)
+            tool_use_id=req.tool_use_id,
+            is_error=output.is_error,
+            preview=preview(req.name, output.content),
         )

