@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 from durable_agent.replay.cassette import ErrorReply, Turn, sse_events
 
@@ -39,7 +39,42 @@ def tool_pairing_problems(messages: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-class ReplayServer:
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 in a daemon thread; subclasses provide `_handler`."""
+
+    def __init__(self, port: int = 0) -> None:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._httpd.daemon_threads = True
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> Self:
+        threading.Thread(
+            target=self._httpd.serve_forever, name="loopback-http", daemon=True
+        ).start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ReplayServer(LoopbackServer):
     """Serves `turns` in order (or asks `script` for each), recording every request."""
 
     def __init__(self, turns: list[Turn] | Script, strict: bool = True, port: int = 0) -> None:
@@ -48,38 +83,10 @@ class ReplayServer:
         self.requests: list[dict[str, Any]] = []
         self.violations: list[str] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    @property
-    def turns_served(self) -> int:
-        return len(self.requests)
+        super().__init__(port)
 
     def remaining(self) -> int:
         return len(self._turns) - len(self.requests) if isinstance(self._turns, list) else 0
-
-    def start(self) -> ReplayServer:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="replay-server", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> ReplayServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def next_turn(self, body: dict[str, Any]) -> Turn:
         with self._lock:

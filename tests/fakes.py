@@ -1,0 +1,128 @@
+"""Fake activities registered under the production names (call_model, run_tool, …)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from durable_agent.engine.contracts import (
+    AppendEntryInput,
+    AppendEntryOutput,
+    CallModelInput,
+    CallModelOutput,
+    RunToolInput,
+    RunToolOutput,
+    ToolCall,
+)
+from durable_agent.engine.messages import Usage
+from worker import WORKFLOWS
+
+SAFE = {"Read", "Grep", "Glob"}
+
+
+def tools(*specs: tuple[str, str]) -> list[ToolCall]:
+    """(id, name) pairs → ToolCalls with the real safety of the name."""
+    return [
+        ToolCall(id=i, name=n, concurrency_safe=n in SAFE, read_only=n in SAFE, summary=f"{n}: {i}")
+        for i, n in specs
+    ]
+
+
+def reply(
+    text: str = "", calls: list[ToolCall] | None = None
+) -> Callable[[CallModelInput], CallModelOutput]:
+    def make(req: CallModelInput) -> CallModelOutput:
+        return CallModelOutput(
+            assistant_uuid=req.assistant_uuid,
+            stop_reason="tool_use" if calls else "end_turn",
+            usage=Usage(input_tokens=10, output_tokens=5),
+            text=text,
+            tool_calls=calls or [],
+        )
+
+    return make
+
+
+BLOCK = "block"  # a script step that waits (heartbeating) until cancelled
+
+
+@dataclass
+class Fakes:
+    script: list[object] = field(default_factory=list)
+    tool_delays: dict[str, float] = field(default_factory=dict)
+    blocking_tools: set[str] = field(default_factory=set)
+    failing_tools: set[str] = field(default_factory=set)
+    model_calls: list[CallModelInput] = field(default_factory=list)
+    appended: list[AppendEntryInput] = field(default_factory=list)
+    tool_spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
+    running: int = 0
+    max_running: int = 0
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @activity.defn(name="call_model")
+    async def call_model(self, req: CallModelInput) -> CallModelOutput:
+        self.model_calls.append(req)
+        step = self.script[min(len(self.model_calls), len(self.script)) - 1]
+        if step == BLOCK:
+            await self._block("model")
+        if isinstance(step, Exception):
+            raise step
+        assert callable(step)
+        return step(req)
+
+    async def _block(self, what: str) -> None:
+        self.started.set()
+        try:
+            while True:
+                activity.heartbeat()
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            self.cancelled.append(what)
+            raise
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, req: RunToolInput) -> RunToolOutput:
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        start = time.monotonic()
+        try:
+            if req.tool_use_id in self.failing_tools:
+                raise ApplicationError("disk on fire", non_retryable=True)
+            if req.tool_use_id in self.blocking_tools:
+                await self._block(req.tool_use_id)
+            await asyncio.sleep(self.tool_delays.get(req.tool_use_id, 0.01))
+        finally:
+            self.running -= 1
+            self.tool_spans[req.tool_use_id] = (start, time.monotonic())
+        return RunToolOutput(tool_use_id=req.tool_use_id, is_error=False, preview=f"ran {req.name}")
+
+    @activity.defn(name="append_entry")
+    async def append_entry(self, req: AppendEntryInput) -> AppendEntryOutput:
+        self.appended.append(req)
+        return AppendEntryOutput(uuid=req.entry.uuid)
+
+    @activity.defn(name="transcript_location")
+    async def transcript_location(self, session_id: str) -> str:
+        return f"/fake/{session_id}.jsonl"
+
+    def worker(self, client: Client, task_queue: str, **kwargs: object) -> Worker:
+        return Worker(
+            client,
+            task_queue=task_queue,
+            workflows=WORKFLOWS,
+            activities=[
+                self.call_model,
+                self.run_tool,
+                self.append_entry,
+                self.transcript_location,
+            ],
+            **kwargs,  # type: ignore[arg-type]
+        )

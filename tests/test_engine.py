@@ -1,0 +1,233 @@
+"""Pure engine tests: no Temporal, no network."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from durable_agent.engine.errors import ErrorKind, classify_status, parse_retry_after
+from durable_agent.engine.messages import (
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    TranscriptEntry,
+    to_api_messages,
+)
+from durable_agent.engine.state import QueryConfig, State, Terminal, Transition
+from durable_agent.engine.tools import TOOL_SPECS, partition_tool_calls, tool_is_concurrency_safe
+
+ENGINE = Path(__file__).resolve().parent.parent / "durable_agent" / "engine"
+FORBIDDEN = ("temporalio", "anthropic", "workflows", "activities", "httpx", "httpx2")
+
+
+def test_engine_imports_nothing_forbidden_statically():
+    for path in ENGINE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+
+
+def test_engine_imports_nothing_forbidden_at_runtime():
+    code = (
+        "import sys, durable_agent.engine.messages, durable_agent.engine.state, "
+        "durable_agent.engine.tools, durable_agent.engine.errors, durable_agent.engine.contracts\n"
+        f"bad = [m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r}]\n"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_transition_and_terminal_names_are_the_public_contract():
+    assert {t.value for t in Transition} == {
+        "next_turn",
+        "stop_hook_blocking",
+        "token_budget_continuation",
+        "reactive_compact_retry",
+        "collapse_drain_retry",
+        "max_output_tokens_escalate",
+        "max_output_tokens_recovery",
+    }
+    assert {t.value for t in Terminal} == {
+        "completed",
+        "aborted_streaming",
+        "aborted_tools",
+        "blocking_limit",
+        "prompt_too_long",
+        "image_error",
+        "model_error",
+        "max_turns",
+        "hook_stopped",
+        "stop_hook_prevented",
+    }
+
+
+def test_state_is_frozen_and_next_records_the_transition():
+    state = State(turn_count=1)
+    with pytest.raises(ValidationError):
+        state.turn_count = 2  # type: ignore[misc]
+    nxt = state.next(Transition.NEXT_TURN, turn_count=2)
+    assert (nxt.turn_count, nxt.transition, nxt.transitions) == (
+        2,
+        Transition.NEXT_TURN,
+        (Transition.NEXT_TURN,),
+    )
+    assert state.turn_count == 1 and state.transition is None
+    again = State.model_validate_json(nxt.model_dump_json())
+    assert again == nxt
+
+
+def test_query_config_is_frozen_with_sane_defaults():
+    cfg = QueryConfig()
+    assert cfg.tool_concurrency == 10 and cfg.max_turns is None
+    with pytest.raises(ValidationError):
+        cfg.model = "x"  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        QueryConfig(tool_concurrency=0)
+
+
+def call(name, tool_id="t", **inp):
+    return ToolUseBlock(id=tool_id, name=name, input=inp)
+
+
+def test_partition_groups_consecutive_safe_calls():
+    calls = [
+        call("Read", "a", file_path="x"),
+        call("Grep", "b", pattern="p"),
+        call("Bash", "c", command="ls"),
+        call("Read", "d", file_path="y"),
+        call("Glob", "e", pattern="*"),
+        call("Edit", "f", file_path="x", old_string="a", new_string="b"),
+    ]
+    batches = partition_tool_calls(calls)
+    assert [(b.concurrency_safe, [x.id for x in b.blocks]) for b in batches] == [
+        (True, ["a", "b"]),
+        (False, ["c"]),
+        (True, ["d", "e"]),
+        (False, ["f"]),
+    ]
+
+
+def test_partition_unsafe_calls_each_run_alone():
+    calls = [call("Bash", "a", command="x"), call("Bash", "b", command="y")]
+    assert [len(b.blocks) for b in partition_tool_calls(calls)] == [1, 1]
+
+
+def test_invalid_input_unknown_tool_and_raising_check_count_as_unsafe():
+    assert not tool_is_concurrency_safe(call("Read", file_path=3, bogus=1))
+    assert not tool_is_concurrency_safe(call("NoSuchTool"))
+
+    def boom(_block):
+        raise RuntimeError("safety check failed")
+
+    batches = partition_tool_calls(
+        [call("Read", "a", file_path="x"), call("Read", "b", file_path="y")], boom
+    )
+    assert [b.concurrency_safe for b in batches] == [False, False]
+
+
+def test_tool_schemas_use_claude_code_names():
+    grep = TOOL_SPECS["Grep"].json_schema()["properties"]
+    assert {
+        "pattern",
+        "path",
+        "glob",
+        "type",
+        "output_mode",
+        "-i",
+        "-n",
+        "-A",
+        "-B",
+        "-C",
+        "head_limit",
+    } <= set(grep)
+    assert set(TOOL_SPECS["Edit"].json_schema()["required"]) == {
+        "file_path",
+        "old_string",
+        "new_string",
+    }
+    parsed = TOOL_SPECS["Grep"].parse({"pattern": "x", "-i": True, "-C": 2})
+    assert parsed.case_insensitive and parsed.context == 2  # type: ignore[attr-defined]
+    assert TOOL_SPECS["Bash"].summary({"command": "git status\nmore"}) == "Bash: git status"
+    assert TOOL_SPECS["Read"].read_only and not TOOL_SPECS["Write"].read_only
+
+
+def test_api_messages_merge_consecutive_user_entries():
+    def entry(uuid, parent, role, *blocks):
+        return TranscriptEntry(
+            uuid=uuid,
+            parentUuid=parent,
+            type=role,
+            message=Message(role=role, content=list(blocks)),
+        )
+
+    chain = [
+        entry("1", None, "user", TextBlock(text="hi")),
+        entry("2", "1", "assistant", ToolUseBlock(id="t1", name="Read", input={"file_path": "a"})),
+        entry("3", "2", "user", ToolResultBlock(tool_use_id="t1", content="x", is_error=True)),
+        entry("4", "3", "user", TextBlock(text="next prompt")),
+    ]
+    msgs = to_api_messages(chain)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user"]
+    assert [b["type"] for b in msgs[2]["content"]] == ["tool_result", "text"]
+    assert msgs[2]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": "x",
+        "is_error": True,
+    }
+
+
+def test_transcript_entry_uses_reference_field_names():
+    e = TranscriptEntry(
+        uuid="u", parentUuid="p", type="user", message=Message(role="user", content=[])
+    )
+    dumped = e.model_dump(by_alias=True)
+    assert dumped["parentUuid"] == "p" and "sessionId" in dumped
+
+
+@pytest.mark.parametrize(
+    ("status", "etype", "kind", "retryable"),
+    [
+        (529, None, ErrorKind.OVERLOADED, True),
+        (429, "rate_limit_error", ErrorKind.RATE_LIMITED, True),
+        (500, "api_error", ErrorKind.SERVER_ERROR, True),
+        (None, None, ErrorKind.CONNECTION, True),
+        (400, "invalid_request_error", ErrorKind.INVALID_REQUEST, False),
+        (401, "authentication_error", ErrorKind.AUTHENTICATION, False),
+        (403, "permission_error", ErrorKind.PERMISSION, False),
+        (200, "overloaded_error", ErrorKind.OVERLOADED, True),
+    ],
+)
+def test_classify_status(status, etype, kind, retryable):
+    decision = classify_status(status, etype)
+    assert (decision.kind, decision.retryable) == (kind, retryable)
+    assert (decision.delay_seconds is not None) == retryable
+
+
+def test_prompt_too_long_is_parsed_and_never_retried():
+    d = classify_status(
+        400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"
+    )
+    assert (d.kind, d.retryable, d.prompt_tokens, d.max_tokens) == (
+        ErrorKind.PROMPT_TOO_LONG,
+        False,
+        210000,
+        200000,
+    )
+
+
+def test_retry_after_and_should_retry_headers():
+    assert parse_retry_after({"Retry-After": "2"}) == 2.0
+    assert parse_retry_after({"retry-after-ms": "1500"}) == 1.5
+    assert classify_status(429, None, headers={"retry-after": "7"}).delay_seconds == 7.0
+    assert not classify_status(529, None, headers={"X-Should-Retry": "false"}).retryable
+    assert classify_status(500, None, attempt=4).delay_seconds == 4.0

@@ -1,0 +1,211 @@
+"""QueryWorkflow and SessionWorkflow on the time-skipping server, with fake activities."""
+
+import asyncio
+import uuid
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from durable_agent.engine.contracts import PromptRequest, QueryInput, SessionInput
+from durable_agent.engine.state import QueryConfig, Terminal, Transition
+from tests.fakes import BLOCK, Fakes, reply, tools
+from workflows.query import INTERRUPTED_TOOL, NOT_RUN_TOOL, QueryWorkflow
+from workflows.session import SessionWorkflow
+
+
+async def completed_activities(handle, count):
+    """Wait until the workflow's history holds `count` completed activities."""
+    for _ in range(200):
+        history = await handle.fetch_history()
+        done = [
+            e
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        ]
+        if len(done) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {count} activities completed")
+
+
+def query_input(**cfg):
+    return QueryInput(
+        session_id="s1", prompt="do it", parent_uuid="root", config=QueryConfig(**cfg)
+    )
+
+
+async def start_query(env, fakes, task_queue, **cfg):
+    return await env.client.start_workflow(
+        QueryWorkflow.run, query_input(**cfg), id=f"q-{uuid.uuid4()}", task_queue=task_queue
+    )
+
+
+async def test_tools_run_in_batches_and_results_keep_request_order(ts_env, task_queue):
+    fakes = Fakes(
+        script=[
+            reply("looking", tools(("a", "Read"), ("b", "Read"), ("c", "Bash"), ("d", "Grep"))),
+            reply("done"),
+        ],
+        tool_delays={"a": 0.4, "b": 0.05},
+    )
+    async with fakes.worker(ts_env.client, task_queue):
+        result = await (await start_query(ts_env, fakes, task_queue)).result()
+    assert result.terminal == Terminal.COMPLETED and result.final_text == "done"
+    assert result.turn_count == 2 and result.transitions == [Transition.NEXT_TURN]
+    second = fakes.model_calls[1]
+    assert second.new_user is not None and second.parent_uuid == fakes.model_calls[0].assistant_uuid
+    assert [r.tool_use_id for r in second.new_user.results] == ["a", "b", "c", "d"]
+    spans = fakes.tool_spans
+    assert spans["b"][1] < spans["a"][1]  # b finished first, yet stays second
+    assert spans["a"][0] < spans["b"][1] and spans["b"][0] < spans["a"][1]  # a and b overlapped
+    assert spans["c"][0] >= max(spans["a"][1], spans["b"][1])  # Bash waited for the batch
+    assert spans["d"][0] >= spans["c"][1]
+    assert fakes.model_calls[0].new_user.prompt == "do it"  # type: ignore[union-attr]
+
+
+async def test_concurrency_limit_is_respected(ts_env, task_queue):
+    calls = tools(*[(f"r{i}", "Read") for i in range(6)])
+    fakes = Fakes(script=[reply(calls=calls), reply("ok")], tool_delays={c.id: 0.2 for c in calls})
+    async with fakes.worker(ts_env.client, task_queue):
+        result = await (await start_query(ts_env, fakes, task_queue, tool_concurrency=2)).result()
+    assert result.terminal == Terminal.COMPLETED
+    assert fakes.max_running == 2
+
+
+async def test_max_turns_stores_the_last_tool_results(ts_env, task_queue):
+    fakes = Fakes(script=[reply(calls=tools(("t", "Read")))])
+    async with fakes.worker(ts_env.client, task_queue):
+        result = await (await start_query(ts_env, fakes, task_queue, max_turns=2)).result()
+    assert result.terminal == Terminal.MAX_TURNS and result.turn_count == 2
+    assert len(fakes.model_calls) == 2
+    assert len(fakes.appended) == 1 and fakes.appended[0].entry.results[0].tool_use_id == "t"
+    assert result.head_uuid == fakes.appended[0].entry.uuid
+
+
+async def test_non_retryable_model_error_ends_model_error(ts_env, task_queue):
+    err = ApplicationError("InvalidRequest: bad request", type="InvalidRequest", non_retryable=True)
+    fakes = Fakes(script=[err])
+    async with fakes.worker(ts_env.client, task_queue):
+        result = await (await start_query(ts_env, fakes, task_queue)).result()
+    assert result.terminal == Terminal.MODEL_ERROR and "bad request" in result.message
+    assert len(fakes.model_calls) == 1
+    assert fakes.appended[0].entry.prompt == "do it"  # the prompt is kept in the transcript
+
+
+async def test_retryable_model_error_is_retried_by_temporal(ts_env, task_queue):
+    err = ApplicationError("Overloaded", type="Overloaded")
+    fakes = Fakes(script=[err, err, reply("finally")])
+    async with fakes.worker(ts_env.client, task_queue):
+        result = await (await start_query(ts_env, fakes, task_queue)).result()
+    assert result.terminal == Terminal.COMPLETED and len(fakes.model_calls) == 3
+
+
+async def test_interrupt_while_streaming(ts_env, task_queue):
+    fakes = Fakes(script=[BLOCK])
+    async with fakes.worker(ts_env.client, task_queue):
+        handle = await start_query(ts_env, fakes, task_queue, model_heartbeat_seconds=2)
+        await asyncio.wait_for(fakes.started.wait(), 10)
+        await handle.signal(QueryWorkflow.interrupt)
+        result = await handle.result()
+        for _ in range(100):
+            if fakes.cancelled:
+                break
+            await asyncio.sleep(0.05)
+    assert result.terminal == Terminal.ABORTED_STREAMING
+    assert fakes.cancelled == ["model"]
+    assert fakes.appended[0].entry.prompt == "do it"
+
+
+async def test_interrupt_while_tools_run_gives_every_tool_use_a_result(ts_env, task_queue):
+    fakes = Fakes(
+        script=[reply(calls=tools(("fast", "Read"), ("slow", "Read"), ("later", "Bash")))],
+        blocking_tools={"slow"},
+    )
+    async with fakes.worker(ts_env.client, task_queue):
+        handle = await start_query(ts_env, fakes, task_queue, tool_heartbeat_seconds=2)
+        await asyncio.wait_for(fakes.started.wait(), 10)
+        await completed_activities(handle, 2)  # the model call and "fast"
+        await handle.signal(QueryWorkflow.interrupt)
+        result = await handle.result()
+    assert result.terminal == Terminal.ABORTED_TOOLS
+    results = fakes.appended[0].entry.results
+    assert [r.tool_use_id for r in results] == ["fast", "slow", "later"]
+    assert results[0].inline is None  # finished: its stored result is used
+    assert results[1].inline is not None and results[1].inline.content == INTERRUPTED_TOOL
+    assert results[2].inline is not None and results[2].inline.content == NOT_RUN_TOOL
+    assert "later" not in fakes.tool_spans
+
+
+async def test_a_failing_tool_activity_becomes_an_error_result(ts_env, task_queue):
+    fakes = Fakes(script=[reply(calls=tools(("x", "Bash"))), reply("ok")], failing_tools={"x"})
+    async with fakes.worker(ts_env.client, task_queue):
+        result = await (await start_query(ts_env, fakes, task_queue)).result()
+    assert result.terminal == Terminal.COMPLETED
+    ref = fakes.model_calls[1].new_user.results[0]  # type: ignore[union-attr]
+    assert (
+        ref.inline is not None and ref.inline.is_error and "disk on fire" in str(ref.inline.content)
+    )
+
+
+async def test_continue_as_new_carries_state(ts_env, task_queue):
+    fakes = Fakes(
+        script=[reply(calls=tools(("a", "Read"))), reply(calls=tools(("b", "Read"))), reply("end")]
+    )
+    async with fakes.worker(ts_env.client, task_queue):
+        handle = await start_query(ts_env, fakes, task_queue, iterations_per_run=1)
+        result = await handle.result()
+        first_run = await ts_env.client.get_workflow_handle(
+            handle.id, run_id=handle.result_run_id
+        ).describe()
+    assert result.terminal == Terminal.COMPLETED
+    assert result.turn_count == 3 and result.transitions == [Transition.NEXT_TURN] * 2
+    assert first_run.status is not None and first_run.status.name == "CONTINUED_AS_NEW"
+    assert [c.new_user.results[0].tool_use_id for c in fakes.model_calls[1:]] == ["a", "b"]  # type: ignore[union-attr]
+    assert result.usage.input_tokens == 30
+
+
+async def test_session_runs_prompts_in_sequence_and_validates_updates(ts_env, task_queue):
+    fakes = Fakes(script=[BLOCK, reply("second")])
+    sid = f"sess-{uuid.uuid4()}"
+    async with fakes.worker(ts_env.client, task_queue):
+        handle = await ts_env.client.start_workflow(
+            SessionWorkflow.run,
+            SessionInput(session_id=sid, config=QueryConfig(model_heartbeat_seconds=2)),
+            id=sid,
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowUpdateFailedError) as empty:
+            await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="   "))
+        assert "empty" in str(empty.value.cause)
+        accepted = await handle.execute_update(
+            SessionWorkflow.submit_prompt, PromptRequest(prompt="one")
+        )
+        assert accepted.query_workflow_id == f"{sid}-q1"
+        await asyncio.wait_for(fakes.started.wait(), 10)
+        with pytest.raises(WorkflowUpdateFailedError) as busy:
+            await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="two"))
+        assert "already running" in str(busy.value.cause)
+        status = await handle.query(SessionWorkflow.status)
+        assert status.running_query_id == f"{sid}-q1"
+        assert await handle.query(SessionWorkflow.transcript_path) == f"/fake/{sid}.jsonl"
+        await handle.signal(SessionWorkflow.interrupt)
+        first = await ts_env.client.get_workflow_handle_for(QueryWorkflow.run, f"{sid}-q1").result()
+        assert first.terminal == Terminal.ABORTED_STREAMING
+        for _ in range(100):
+            if (await handle.query(SessionWorkflow.status)).running_query_id is None:
+                break
+            await asyncio.sleep(0.05)
+        await handle.execute_update(
+            SessionWorkflow.submit_prompt, PromptRequest(prompt="two", max_turns=3)
+        )
+        second = await ts_env.client.get_workflow_handle_for(
+            QueryWorkflow.run, f"{sid}-q2"
+        ).result()
+        await handle.signal(SessionWorkflow.close)
+        final = await handle.result()
+    assert second.terminal == Terminal.COMPLETED
+    assert fakes.model_calls[1].new_user.parent_uuid == first.head_uuid  # type: ignore[union-attr]
+    assert fakes.model_calls[1].config.max_turns == 3
+    assert final.queries == 2 and final.head_uuid == second.head_uuid and final.closed
