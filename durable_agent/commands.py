@@ -59,6 +59,7 @@ async def connect(console: Console, start_server: bool = True) -> Client:
 
     address = os.environ.get("TEMPORAL_ADDRESS")
     hint = "check TEMPORAL_ADDRESS, or unset it to use the embedded dev server"
+    attempts = 4
     if not address:
         home = state_dir()
         try:
@@ -79,8 +80,9 @@ async def connect(console: Console, start_server: bool = True) -> Client:
         except DevServerError as exc:
             raise CliError(str(exc), "set TEMPORAL_ADDRESS to use another Temporal server") from exc
         address, hint = info.address, f"see the dev server log {info.log_path}"
+        attempts = 30  # a dev server that just started may need a few seconds
     last: Exception | None = None
-    for _ in range(30):
+    for _ in range(attempts):
         try:
             return await worker_connect(address)
         except RuntimeError as exc:  # the SDK raises RuntimeError when it cannot connect

@@ -55,13 +55,11 @@ class LoopbackServer:
         return f"http://{host!s}:{port}"
 
     def start(self) -> Self:
-        threading.Thread(
-            target=self._httpd.serve_forever, name="loopback-http", daemon=True
-        ).start()
+        threading.Thread(target=self.serve_forever, name="loopback-http", daemon=True).start()
         return self
 
     def serve_forever(self) -> None:
-        self._httpd.serve_forever()
+        self._httpd.serve_forever(poll_interval=0.05)
 
     def stop(self) -> None:
         self._httpd.shutdown()

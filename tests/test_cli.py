@@ -1,0 +1,158 @@
+"""The `durable-agent` command as a user runs it: a subprocess, real HTTP, real Temporal."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from durable_agent.devserver import ensure_dev_server, running, stop_dev_server
+from durable_agent.replay import ReplayServer, text_turn, tool_turn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TEMPORAL_"))}
+    env.update(
+        DURABLE_AGENT_HOME=str(tmp_path / "home"), DURABLE_AGENT_TASK_QUEUE=f"cli-{uuid.uuid4()}"
+    )
+    env.update(extra)
+    return env
+
+
+def durable_agent(
+    args: list[str], env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable_agent", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert proc.returncode == 2, proc
+    assert "Traceback" not in proc.stderr
+    assert f"durable-agent: error: {needle}" in proc.stderr and "hint:" in proc.stderr
+
+
+def test_help_explains_commands(tmp_path):
+    proc = durable_agent(["--help"], cli_env(tmp_path))
+    assert proc.returncode == 0
+    for command in ("run", "demo", "server", "status", "interrupt", "list"):
+        assert command in proc.stdout
+    run_help = durable_agent(["run", "--help"], cli_env(tmp_path))
+    assert "--max-turns" in run_help.stdout and "--output-format" in run_help.stdout
+
+
+def test_bad_workspace_is_one_clear_line(tmp_path):
+    proc = durable_agent(
+        ["run", "hi", "--workspace", str(tmp_path / "nope")],
+        cli_env(tmp_path, ANTHROPIC_API_KEY="k"),
+    )
+    assert_clean_error(proc, "workspace")
+
+
+def test_missing_api_key_is_one_clear_line(tmp_path):
+    proc = durable_agent(["run", "hi", "--workspace", str(tmp_path)], cli_env(tmp_path))
+    assert_clean_error(proc, "ANTHROPIC_API_KEY is not set")
+
+
+def test_unreachable_temporal_is_one_clear_line(tmp_path):
+    env = cli_env(tmp_path, ANTHROPIC_API_KEY="k", TEMPORAL_ADDRESS="127.0.0.1:1")
+    proc = durable_agent(["run", "hi", "--workspace", str(tmp_path)], env)
+    assert_clean_error(proc, "cannot reach Temporal at 127.0.0.1:1")
+
+
+def test_bad_max_turns_is_a_usage_error(tmp_path):
+    proc = durable_agent(["run", "hi", "--max-turns", "0"], cli_env(tmp_path))
+    assert (
+        proc.returncode == 2
+        and "must be at least 1" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
+
+
+def test_run_against_a_compatible_server(dev_env, tmp_path):
+    """ANTHROPIC_BASE_URL + a dummy key: a multi-turn Read → Edit → Bash session completes."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "greet.py").write_text("print('helo')\n")
+    turns = [
+        tool_turn([("r1", "Read", {"file_path": "greet.py"})], "Reading."),
+        tool_turn(
+            [("e1", "Edit", {"file_path": "greet.py", "old_string": "helo", "new_string": "hello"})]
+        ),
+        tool_turn(
+            [("b1", "Bash", {"command": "python3 greet.py"}), ("b2", "Bash", {"command": "exit 4"})]
+        ),
+        text_turn("It prints hello now."),
+    ]
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    with ReplayServer(turns) as server:
+        env["ANTHROPIC_BASE_URL"] = server.base_url
+        proc = durable_agent(
+            ["run", "fix the typo", "--workspace", str(ws), "--output-format", "json"], env
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert server.violations == [] and len(server.requests) == 4
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["terminal"] == "completed" and result["turn_count"] == 4
+    assert (ws / "greet.py").read_text() == "print('hello')\n"
+    answered = server.requests[3]["messages"][-1]["content"]
+    assert [b["tool_use_id"] for b in answered] == ["b1", "b2"]
+    assert answered[0]["content"] == "hello" and answered[1]["is_error"]
+
+
+def test_run_stops_with_max_turns_and_names_it(dev_env, tmp_path):
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    turns = [tool_turn([(f"g{i}", "Glob", {"pattern": "*"})]) for i in range(3)]
+    with ReplayServer(turns) as server:
+        env["ANTHROPIC_BASE_URL"] = server.base_url
+        proc = durable_agent(["run", "loop", "--workspace", str(tmp_path), "--max-turns", "2"], env)
+    assert proc.returncode == 1
+    assert "stopped: max_turns after 2 turn(s)" in proc.stderr
+    assert len(server.requests) == 2
+
+
+def test_demo(dev_env, tmp_path):
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host)
+    proc = durable_agent(["demo"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert "completed after 5 turn(s)" in proc.stderr
+    assert "+    return sum(values) / len(values)" in proc.stderr
+    assert "All 3 tests pass now." in proc.stdout
+
+
+def test_dev_server_is_started_once_and_reused(tmp_path):
+    home = tmp_path / "home"
+    try:
+        info, started = ensure_dev_server(home)
+        assert started and Path(info.db_path).parent == home
+        again, started_again = ensure_dev_server(home)
+        assert not started_again and again.pid == info.pid
+    finally:
+        stopped = stop_dev_server(home)
+    assert stopped and running(home) is None
+
+
+@pytest.mark.parametrize("args", [["status", "nope"], ["list"]])
+def test_commands_without_a_server_explain(tmp_path, args):
+    proc = durable_agent(args, cli_env(tmp_path))
+    assert_clean_error(proc, "no Temporal dev server is running")
