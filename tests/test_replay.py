@@ -85,8 +85,8 @@ async def test_scripted_errors_reach_the_client(status, etype, exc):
     with ReplayServer(turns) as server:
         with pytest.raises(exc) as err:
             await stream(server.base_url, HELLO)
-    assert err.value.status_code == status  # type: ignore[attr-defined]
-    assert err.value.response.headers["retry-after"] == "2"  # type: ignore[attr-defined]
+    assert err.value.status_code == status
+    assert err.value.response.headers["retry-after"] == "2"
 
 
 async def test_expectations_and_exhaustion_are_violations():
