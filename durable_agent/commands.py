@@ -248,7 +248,7 @@ DEMO_PROMPT = "The tests in this project fail. Find the bug, fix it, and run the
 def _demo_footer(console: Console, client: Client) -> None:
     target = client.service_client.config.target_host
     info = running(state_dir())
-    console.info(f"history: temporal workflow list --address {target}")
+    console.info(f"history: uv run temporal workflow list --address {target}")
     if info is not None:
         console.info(f"Web UI: {info.ui_url}")
 

@@ -156,3 +156,16 @@ def test_dev_server_is_started_once_and_reused(tmp_path):
 def test_commands_without_a_server_explain(tmp_path, args):
     proc = durable_agent(args, cli_env(tmp_path))
     assert_clean_error(proc, "no Temporal dev server is running")
+
+
+def test_tool_concurrency_comes_from_the_environment(tmp_path, monkeypatch):
+    from durable_agent.cli import CliError, build_config, parser
+
+    args = parser().parse_args(["run", "x"])
+    monkeypatch.setenv("DURABLE_AGENT_MAX_TOOL_USE_CONCURRENCY", "3")
+    assert build_config(args, tmp_path).tool_concurrency == 3
+    monkeypatch.setenv("DURABLE_AGENT_MAX_TOOL_USE_CONCURRENCY", "lots")
+    with pytest.raises(CliError, match="not a positive integer"):
+        build_config(args, tmp_path)
+    monkeypatch.delenv("DURABLE_AGENT_MAX_TOOL_USE_CONCURRENCY")
+    assert build_config(args, tmp_path).tool_concurrency == 10

@@ -49,6 +49,7 @@ class QueryWorkflow:
         self._running: list[asyncio.Future[Any]] = []
         self._phase = "starting"
         self._session_id = ""
+        self._next_event = 0
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -65,11 +66,12 @@ class QueryWorkflow:
     def phase(self) -> str:
         return self._phase
 
-    def _emit(self, state: State, kind: str, text: str, is_error: bool = False) -> State:
+    def _emit(self, kind: str, text: str, is_error: bool = False) -> None:
+        """Record a progress event; indices run on across continue-as-new."""
         self._events.append(
-            ProgressEvent(index=state.event_count, kind=kind, text=text, is_error=is_error)
+            ProgressEvent(index=self._next_event, kind=kind, text=text, is_error=is_error)
         )
-        return state.model_copy(update={"event_count": state.event_count + 1})
+        self._next_event += 1
 
     async def _guarded(self, awaitable: Awaitable[T]) -> T:
         """Await an activity so that an interrupt cancels it and surfaces as _Interrupted."""
@@ -88,6 +90,7 @@ class QueryWorkflow:
     async def run(self, inp: QueryInput) -> QueryResult:
         cfg = inp.config
         self._session_id = inp.session_id
+        self._next_event = inp.state.event_count if inp.state else 0
         state = inp.state or State(
             head_uuid=inp.parent_uuid,
             pending=PendingUser(
@@ -101,6 +104,7 @@ class QueryWorkflow:
                 or workflow.info().is_continue_as_new_suggested()
             ):
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                state = state.model_copy(update={"event_count": self._next_event})
                 workflow.continue_as_new(inp.model_copy(update={"state": state}))
             iterations += 1
             if self._interrupted:
@@ -135,21 +139,13 @@ class QueryWorkflow:
                 }
             )
             if out.text:
-                state = self._emit(state, "text", out.text)
+                self._emit("text", out.text)
             if not out.tool_calls:
                 return self._result(state, Terminal.COMPLETED, final_text=out.text)
 
             # run the tools
             self._phase = "tools"
-            for call in out.tool_calls:
-                state = self._emit(state, "tool_call", call.summary)
-            refs, outputs = await self._run_tools(inp, assistant_uuid, out.tool_calls)
-            for call in out.tool_calls:
-                done = outputs.get(call.id)
-                if done is not None:
-                    state = self._emit(
-                        state, "tool_result", f"{call.summary} → {done.preview}", done.is_error
-                    )
+            refs = await self._run_tools(inp, assistant_uuid, out.tool_calls)
             pending = PendingUser(
                 uuid=str(workflow.uuid4()), parent_uuid=assistant_uuid, results=refs
             )
@@ -164,7 +160,7 @@ class QueryWorkflow:
 
     async def _run_tools(
         self, inp: QueryInput, assistant_uuid: str, calls: list[ToolCall]
-    ) -> tuple[list[ToolResultRef], dict[str, RunToolOutput]]:
+    ) -> list[ToolResultRef]:
         """Batches from partition_tool_calls; results in request order whatever finishes first."""
         cfg = inp.config
         by_id = {c.id: c for c in calls}
@@ -179,8 +175,9 @@ class QueryWorkflow:
                 if self._interrupted:
                     return
                 started.add(call.id)
+                self._emit("tool_call", call.summary)
                 workflow.set_current_details(f"running {call.summary}")
-                outputs[call.id] = await self._guarded(
+                done = await self._guarded(
                     steps.run_tool(
                         RunToolInput(
                             session_id=inp.session_id,
@@ -193,6 +190,8 @@ class QueryWorkflow:
                         call.summary,
                     )
                 )
+                outputs[call.id] = done
+                self._emit("tool_result", f"{call.summary} → {done.preview}", done.is_error)
 
         for batch in partition_tool_calls(blocks, lambda b: by_id[b.id].concurrency_safe):
             if self._interrupted:
@@ -213,10 +212,10 @@ class QueryWorkflow:
                 refs.append(ToolResultRef(tool_use_id=call.id))
                 continue
             text = failed.get(call.id) or (INTERRUPTED_TOOL if call.id in started else NOT_RUN_TOOL)
-            outputs[call.id] = RunToolOutput(tool_use_id=call.id, is_error=True, preview=text)
+            self._emit("tool_result", f"{call.summary} → {text}", is_error=True)
             inline = ToolResultBlock(tool_use_id=call.id, content=text, is_error=True)
             refs.append(ToolResultRef(tool_use_id=call.id, inline=inline))
-        return refs, outputs
+        return refs
 
     async def _finish(self, state: State, terminal: Terminal, message: str) -> QueryResult:
         """Store the pending user entry (so the transcript stays valid), then return."""
@@ -226,7 +225,7 @@ class QueryWorkflow:
             )
             state = state.model_copy(update={"head_uuid": stored.uuid, "pending": None})
         if message:
-            state = self._emit(state, "status", message, is_error=terminal != Terminal.COMPLETED)
+            self._emit("status", message, is_error=terminal != Terminal.COMPLETED)
         return self._result(state, terminal, message=message)
 
     def _result(
