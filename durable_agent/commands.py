@@ -29,7 +29,7 @@ from durable_agent.cli import (
 from durable_agent.console import Console
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
 from durable_agent.engine.contracts import SessionInput, SessionStatus
-from durable_agent.engine.state import ProgressEvent, QueryConfig, QueryResult
+from durable_agent.engine.state import MAX_PROMPT_CHARS, ProgressEvent, QueryConfig, QueryResult
 from durable_agent.replay import ReplayServer, load_cassette
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -105,6 +105,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
     config = build_config(args, _workspace(args.workspace))
     if not args.prompt.strip():
         raise CliError("the prompt is empty", 'durable-agent run "what to do"')
+    if len(args.prompt) > MAX_PROMPT_CHARS:
+        raise CliError(
+            f"the prompt has {len(args.prompt):,} characters (at most {MAX_PROMPT_CHARS:,})",
+            "put long material in a file in the workspace and ask the agent to read it",
+        )
     if not args.no_worker:
         _require_api_key()
     client = await connect(console)

@@ -179,6 +179,11 @@ async def test_session_runs_prompts_in_sequence_and_validates_updates(ts_env, ta
         with pytest.raises(WorkflowUpdateFailedError) as empty:
             await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="   "))
         assert "empty" in str(empty.value.cause)
+        with pytest.raises(WorkflowUpdateFailedError) as huge:
+            await handle.execute_update(
+                SessionWorkflow.submit_prompt, PromptRequest(prompt="x" * 100_001)
+            )
+        assert "at most 100,000" in str(huge.value.cause)
         accepted = await handle.execute_update(
             SessionWorkflow.submit_prompt, PromptRequest(prompt="one")
         )

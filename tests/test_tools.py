@@ -178,3 +178,50 @@ def test_preview_shows_the_telling_line():
     )
     assert preview("Read", "     1\tline one\n     2\ttwo") == "1\tline one (+1 lines)"
     assert preview("Write", "") == "(no output)"
+
+
+@pytest.mark.parametrize(
+    ("tool", "bad"),
+    [
+        ("Read", {"file_path": "a.txt", "limit": "many"}),
+        ("Write", {"file_path": "a.txt"}),
+        ("Edit", {"file_path": "a.txt", "old_string": "alpha"}),
+        ("Bash", {"command": "ls", "timeout": 10_000_000}),
+        ("Grep", {"pattern": "x", "output_mode": "everything"}),
+        ("Glob", {"pattern": "*", "extra": True}),
+    ],
+)
+async def test_every_tool_turns_invalid_input_into_an_error_result(ws, tool, bad):
+    out = await execute_tool(tool, bad, str(ws))
+    assert out.is_error and out.content.startswith(f"InputValidationError: {tool} input is invalid")
+
+
+@pytest.mark.parametrize(
+    ("tool", "inp"),
+    [
+        ("Grep", {"pattern": "x", "path": "missing-dir"}),
+        ("Glob", {"pattern": "*", "path": "missing-dir"}),
+        ("Grep", {"pattern": "x", "path": "../"}),
+        ("Glob", {"pattern": "*", "path": "/"}),
+    ],
+)
+async def test_search_tools_refuse_missing_and_outside_paths(ws, tool, inp):
+    out = await execute_tool(tool, inp, str(ws))
+    assert out.is_error
+
+
+async def test_grep_huge_output_is_truncated(ws):
+    (ws / "many.txt").write_text("match me\n" * 20_000)
+    out = await run("Grep", ws, pattern="match", output_mode="content")
+    assert (
+        not out.is_error
+        and "truncated" in out.content
+        and len(out.content) < MAX_OUTPUT_CHARS + 200
+    )
+    head = await run("Grep", ws, pattern="match", output_mode="content", head_limit=3)
+    assert head.content.count("\n") == 2
+
+
+async def test_a_missing_workspace_is_an_error_result(tmp_path):
+    out = await execute_tool("Read", {"file_path": "a"}, str(tmp_path / "gone"))
+    assert out.is_error and "not a directory" in out.content

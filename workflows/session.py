@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
         SessionInput,
         SessionStatus,
     )
-    from durable_agent.engine.state import QueryResult
+    from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryResult
     from workflows.activity_options import STORE_RETRY, STORE_TIMEOUT
     from workflows.query import QueryWorkflow
 
@@ -57,6 +57,11 @@ class SessionWorkflow:
     def _validate_prompt(self, req: PromptRequest) -> None:
         if not req.prompt.strip():
             raise ValueError("the prompt is empty")
+        if len(req.prompt) > MAX_PROMPT_CHARS:
+            raise ValueError(
+                f"the prompt has {len(req.prompt):,} characters (at most {MAX_PROMPT_CHARS:,}); "
+                "put long material in a file in the workspace and refer to it"
+            )
         if self._closed:
             raise ValueError("this session is closed; start a new one")
         if self._running is not None or self._pending is not None:

@@ -14,6 +14,8 @@ DEFAULT_TOOL_CONCURRENCY = 10
 TOOL_CONCURRENCY_ENV = "DURABLE_AGENT_MAX_TOOL_USE_CONCURRENCY"
 DEFAULT_ITERATIONS_PER_RUN = 100
 TEXT_PREVIEW_CHARS = 16_000
+MAX_PROMPT_CHARS = 100_000
+"""A prompt travels in workflow history; larger ones must be put in a file and referenced."""
 
 
 class Transition(StrEnum):
