@@ -32,7 +32,7 @@ def build_worker(
     max_concurrent_activities: int = 50,
 ) -> Worker:
     store = store or TranscriptStore(state_home())
-    model = ModelActivities(store, client_factory)
+    model = ModelActivities(store, client_factory, temporal=client)
     tools = ToolActivities(store)
     stores = StoreActivities(store)
     return Worker(

@@ -1,33 +1,69 @@
-"""call_model: one streaming Messages API call built from the transcript store."""
+"""call_model: one streaming Messages API call built from the transcript store.
+
+Retries belong to Temporal: the client runs with max_retries=0, each failure is classified by
+the engine and raised as an ApplicationError carrying the decision (type, non_retryable, delay).
+"""
 
 from __future__ import annotations
 
 import platform
+import random
 from collections.abc import Callable
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anthropic
+import httpx2
 from temporalio import activity
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from activities.credentials import Credentials, CredentialsError
 from activities.transcript import TranscriptStore, append_pending
-from durable_agent.engine.contracts import CallModelInput, CallModelOutput, ToolCall
-from durable_agent.engine.errors import classify_status
-from durable_agent.engine.messages import Message, Usage, to_api_messages
+from durable_agent.engine.contracts import (
+    CallModelInput,
+    CallModelOutput,
+    RetryNotice,
+    ToolCall,
+    WithheldError,
+)
+from durable_agent.engine.errors import (
+    Action,
+    ApiFailure,
+    ErrorDecision,
+    ErrorKind,
+    RetryContext,
+    RetryMode,
+    RetryTrack,
+    classify,
+)
+from durable_agent.engine.messages import Message, Usage
+from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, QueryConfig
 from durable_agent.engine.tools import TOOL_SPECS
-
-ClientFactory = Callable[[], anthropic.AsyncAnthropic]
 
 BASE_SYSTEM_PROMPT = """You are a coding agent working in a local workspace through tools \
 (Read, Write, Edit, Bash, Grep, Glob). Inspect before you change, make focused edits, run the \
 relevant checks, and finish with a short summary of what you did."""
 
 
-def default_client() -> anthropic.AsyncAnthropic:
-    """The SDK reads ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL; retries belong to Temporal."""
-    return anthropic.AsyncAnthropic(max_retries=0)
+@dataclass(frozen=True)
+class ClientOptions:
+    api_key: str | None = None
+    """None: the SDK reads ANTHROPIC_API_KEY / ANTHROPIC_AUTH_TOKEN."""
+    keepalive: bool = True
+
+
+ClientFactory = Callable[[ClientOptions], anthropic.AsyncAnthropic]
+
+
+def default_client(opts: ClientOptions) -> anthropic.AsyncAnthropic:
+    """The SDK's client (ANTHROPIC_BASE_URL honoured); retries belong to Temporal."""
+    http = None
+    if not opts.keepalive:
+        http = anthropic.DefaultAsyncHttpxClient(limits=httpx2.Limits(max_keepalive_connections=0))
+    return anthropic.AsyncAnthropic(api_key=opts.api_key, max_retries=0, http_client=http)
 
 
 def system_prompt(config: QueryConfig) -> str:
@@ -41,70 +77,115 @@ def system_prompt(config: QueryConfig) -> str:
     return "\n\n".join(parts)
 
 
+class StreamIncomplete(Exception):
+    """The SSE stream ended without message_stop (a truncated response)."""
+
+
+def to_failure(exc: BaseException) -> ApiFailure:
+    if isinstance(exc, anthropic.APIStatusError):
+        return ApiFailure(
+            status=exc.status_code,
+            error_type=_error_type(exc),
+            message=_message(exc),
+            headers=dict(exc.response.headers),
+        )
+    text = f"{type(exc).__name__}: {exc}"
+    reset = isinstance(exc, ConnectionResetError | BrokenPipeError) or any(
+        word in text.lower() for word in ("reset", "broken pipe", "epipe", "incomplete", "closed")
+    )
+    return ApiFailure(status=None, message=text, connection_reset=reset)
+
+
 def _error_type(exc: anthropic.APIStatusError) -> str | None:
     body = exc.body
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and isinstance(err.get("type"), str):
             return err["type"]
-        if isinstance(body.get("type"), str) and body["type"] != "error":
-            return body["type"]
     value = getattr(exc, "type", None)
     return value if isinstance(value, str) else None
 
 
-def to_application_error(exc: Exception, attempt: int) -> ApplicationError:
-    """The engine's classification, as the ApplicationError Temporal retries (or not)."""
-    if isinstance(exc, anthropic.APIStatusError):
-        decision = classify_status(
-            exc.status_code, _error_type(exc), str(exc), dict(exc.response.headers), attempt
-        )
-    else:
-        decision = classify_status(None, None, f"{type(exc).__name__}: {exc}", {}, attempt)
+def _message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        msg = body["error"].get("message")
+        if isinstance(msg, str):
+            return msg
+    return str(exc)
+
+
+def to_application_error(decision: ErrorDecision) -> ApplicationError:
+    """The engine's decision, as the ApplicationError Temporal retries (or not)."""
+    delay = decision.delay_seconds
     return ApplicationError(
         f"{decision.kind.value}: {decision.message}",
         decision.model_dump(mode="json"),
-        type=decision.kind.value,
+        type=decision.error_type,
         non_retryable=not decision.retryable,
-        next_retry_delay=timedelta(seconds=decision.delay_seconds)
-        if decision.delay_seconds is not None
-        else None,
+        next_retry_delay=timedelta(seconds=delay) if delay is not None else None,
     )
 
 
 class ModelActivities:
-    """The model activity; receives the store and a factory for the anthropic client."""
+    """The model activity; receives the store, a client factory, credentials and (optionally)
+    the Temporal client it uses to tell its workflow about retries."""
 
-    def __init__(self, store: TranscriptStore, client_factory: ClientFactory = default_client):
+    def __init__(
+        self,
+        store: TranscriptStore,
+        client_factory: ClientFactory = default_client,
+        credentials: Credentials | None = None,
+        temporal: Client | None = None,
+    ) -> None:
         self.store = store
         self.client_factory = client_factory
+        self.credentials = credentials or Credentials()
+        self.temporal = temporal
         self._client: anthropic.AsyncAnthropic | None = None
+        self._keepalive = True
 
-    def client(self) -> anthropic.AsyncAnthropic:
-        if self._client is None:
-            self._client = self.client_factory()
+    def client(self, refresh_key: bool = False) -> anthropic.AsyncAnthropic:
+        if self._client is None or refresh_key:
+            key = self.credentials.api_key(refresh=refresh_key)
+            self._client = self.client_factory(
+                ClientOptions(api_key=key, keepalive=self._keepalive)
+            )
         return self._client
 
     @activity.defn(name="call_model")
     async def call_model(self, req: CallModelInput) -> CallModelOutput:
+        info = activity.info()
+        track = RetryTrack()
+        if info.heartbeat_details:
+            track = RetryTrack.model_validate(info.heartbeat_details[0])
         parent = req.parent_uuid
         if req.new_user is not None:
             parent = append_pending(self.store, req.session_id, req.new_user).uuid
         chain = self.store.chain(req.session_id, parent)
-        request: dict[str, Any] = {
-            "model": req.config.model,
-            "max_tokens": req.config.max_output_tokens,
-            "system": system_prompt(req.config),
-            "messages": to_api_messages(chain),
-            "tools": [TOOL_SPECS[n].api_tool() for n in req.config.tools if n in TOOL_SPECS],
-        }
+        request = build_request(chain, system_prompt(req.config), req.config.tools, req.request)
         try:
-            async with self.client().messages.stream(**request) as stream:
-                async for _event in stream:
-                    activity.heartbeat()
-                final = await stream.get_final_message()
-        except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
-            raise to_application_error(exc, activity.info().attempt) from exc
+            final = await self._stream(request, track)
+        except (
+            anthropic.APIError,
+            httpx2.HTTPError,
+            OSError,
+            StreamIncomplete,
+            CredentialsError,
+        ) as exc:
+            decision = self._decide(exc, req, track)
+            if decision.kind == ErrorKind.PROMPT_TOO_LONG:
+                return _withheld(req, decision)
+            activity.heartbeat(decision.track.model_dump(mode="json"))
+            if decision.action in (Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT):
+                self._keepalive = self._keepalive and decision.action != Action.REBUILD_CLIENT
+                self._client = None
+            if decision.retryable:
+                await self._notify(RetryNotice(
+                    attempt=info.attempt, error_type=decision.error_type,
+                    message=decision.message, delay_seconds=decision.delay_seconds,
+                ))  # fmt: skip
+            raise to_application_error(decision) from exc
         message = Message.model_validate(
             {"role": "assistant", "content": [b.model_dump() for b in final.content]}
         )
@@ -120,8 +201,70 @@ class ModelActivities:
             ),
             text=message.text()[:TEXT_PREVIEW_CHARS],
             tool_calls=[_tool_call(b.id, b.name, b.input) for b in message.tool_uses()],
-            model=final.model,
+            model=final.model or req.request.model,
         )
+
+    async def _stream(self, request: dict[str, Any], track: RetryTrack) -> anthropic.types.Message:
+        details = track.model_dump(mode="json")
+        activity.heartbeat(details)
+        refresh = track.credential_refreshes > 0 and self._client is None
+        async with self.client(refresh_key=refresh).messages.stream(**request) as stream:
+            stopped = False
+            async for event in stream:
+                activity.heartbeat(details)
+                stopped = stopped or event.type == "message_stop"
+            if not stopped:
+                raise StreamIncomplete("the response stream ended before message_stop")
+            return await stream.get_final_message()
+
+    def _decide(self, exc: BaseException, req: CallModelInput, track: RetryTrack) -> ErrorDecision:
+        cfg = req.config
+        if isinstance(exc, CredentialsError):
+            failure = ApiFailure(status=401, error_type="authentication_error", message=str(exc))
+        else:
+            failure = to_failure(exc)
+        return classify(
+            failure,
+            RetryContext(
+                attempt=activity.info().attempt,
+                query_source=cfg.query_source,
+                mode=RetryMode.UNATTENDED if cfg.unattended else RetryMode.DEFAULT,
+                track=track,
+                has_fallback=cfg.fallback_model is not None
+                and req.request.model != cfg.fallback_model,
+                max_attempts=cfg.max_attempts,
+                now=datetime.now(UTC),
+                jitter=random.random(),
+            ),
+        )
+
+    async def _notify(self, notice: RetryNotice) -> None:
+        """Best effort: the workflow shows why it waits; a failed signal changes nothing."""
+        info = activity.info()
+        if self.temporal is None or info.workflow_id is None:
+            return
+        try:
+            handle = self.temporal.get_workflow_handle(
+                info.workflow_id, run_id=info.workflow_run_id
+            )
+            await handle.signal("model_retry", notice)
+        except Exception as exc:  # noqa: BLE001
+            activity.logger.warning("could not tell the workflow about a retry: %s", exc)
+
+
+def _withheld(req: CallModelInput, decision: ErrorDecision) -> CallModelOutput:
+    return CallModelOutput(
+        assistant_uuid=req.assistant_uuid,
+        stop_reason=None,
+        usage=Usage(),
+        model=req.request.model,
+        withheld=WithheldError(
+            kind=decision.kind,
+            message=decision.message,
+            prompt_tokens=decision.prompt_tokens,
+            max_tokens=decision.max_tokens,
+        ),
+    )
 
 
 def _tool_call(tool_id: str, name: str, raw: dict[str, Any]) -> ToolCall:

@@ -64,6 +64,11 @@ def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
         workspace=str(workspace),
         tool_concurrency=_tool_concurrency(),
         system_prompt=getattr(args, "append_system_prompt", None),
+        unattended=args.unattended,
+        unattended_max_seconds=args.unattended_hours * 3600,
+        fallback_model=args.fallback_model,
+        thinking_budget=args.thinking_budget,
+        prompt_caching=not args.no_prompt_caching,
     )
 
 
@@ -74,6 +79,23 @@ def _positive(raw: str) -> int:
         raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def _thinking_budget(raw: str) -> int:
+    value = _positive(raw)
+    if value < 1024:
+        raise argparse.ArgumentTypeError("must be at least 1024 tokens")
     return value
 
 
@@ -140,6 +162,33 @@ def _query_options(p: argparse.ArgumentParser) -> None:
         help="text (default), json (one result object) or stream-json (one event per line)",
     )
     p.add_argument("--append-system-prompt", help="extra system prompt text")
+    p.add_argument(
+        "--fallback-model",
+        help="switch to this model for the rest of the prompt when the main one stays "
+        "overloaded (529 after 3 retries)",
+    )
+    p.add_argument(
+        "--unattended",
+        action="store_true",
+        help="for CI and batch jobs: ride out rate limits and overload indefinitely "
+        "(backoff capped at 5 minutes) for up to --unattended-hours per model call",
+    )
+    p.add_argument(
+        "--unattended-hours",
+        type=_positive_float,
+        default=6.0,
+        help="how long one model call may keep retrying in unattended mode (default 6)",
+    )
+    p.add_argument(
+        "--thinking-budget",
+        type=_thinking_budget,
+        help="enable extended thinking with N budget tokens (at least 1024)",
+    )
+    p.add_argument(
+        "--no-prompt-caching",
+        action="store_true",
+        help="do not mark the system prompt and last message for prompt caching",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

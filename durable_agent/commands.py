@@ -92,6 +92,10 @@ async def connect(console: Console, start_server: bool = True) -> Client:
 
 
 def _require_api_key() -> None:
+    from activities.credentials import Credentials
+
+    if Credentials().helper() is not None:
+        return
     if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
         raise CliError(
             "ANTHROPIC_API_KEY is not set",
@@ -199,6 +203,7 @@ async def _show_events(child: WorkflowHandle[Any, Any], console: Console, since:
 async def cmd_demo(args: argparse.Namespace) -> int:
     import anthropic
 
+    from activities.model import ClientOptions
     from worker import build_worker
 
     console = Console(args.output_format)
@@ -214,7 +219,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         client = await connect(console)
         task_queue = f"durable-agent-demo-{uuid.uuid4().hex[:8]}"
 
-        def factory() -> anthropic.AsyncAnthropic:
+        def factory(_opts: ClientOptions) -> anthropic.AsyncAnthropic:
             return anthropic.AsyncAnthropic(api_key="demo", base_url=server.base_url, max_retries=0)
 
         config = QueryConfig(workspace=str(workspace), max_turns=20)

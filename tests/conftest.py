@@ -48,6 +48,15 @@ async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
     await asyncio.sleep(0.5)
 
 
+@pytest.fixture(autouse=True)
+def hermetic_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the machine's ~/.claude/settings.json or a real API key."""
+    monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(tmp_path / "no-settings.json"))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+
+
 @pytest.fixture
 def task_queue() -> str:
     return f"tq-{uuid.uuid4()}"

@@ -8,6 +8,7 @@ from pathlib import Path
 import anthropic
 from temporalio.client import Client
 
+from activities.model import ClientOptions
 from activities.transcript import TranscriptStore
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import QueryConfig
@@ -17,8 +18,10 @@ from workflows.session import SessionWorkflow
 
 
 def replay_client_factory(server: ReplayServer):
-    def factory() -> anthropic.AsyncAnthropic:
-        return anthropic.AsyncAnthropic(api_key="test-key", base_url=server.base_url, max_retries=0)
+    def factory(opts: ClientOptions) -> anthropic.AsyncAnthropic:
+        return anthropic.AsyncAnthropic(
+            api_key=opts.api_key or "test-key", base_url=server.base_url, max_retries=0
+        )
 
     return factory
 

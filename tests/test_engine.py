@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from durable_agent.engine.errors import ErrorKind, classify_status, parse_retry_after
 from durable_agent.engine.messages import (
     Message,
     TextBlock,
@@ -39,7 +38,8 @@ def test_engine_imports_nothing_forbidden_statically():
 def test_engine_imports_nothing_forbidden_at_runtime():
     code = (
         "import sys, durable_agent.engine.messages, durable_agent.engine.state, "
-        "durable_agent.engine.tools, durable_agent.engine.errors, durable_agent.engine.contracts\n"
+        "durable_agent.engine.tools, durable_agent.engine.errors, durable_agent.engine.contracts, "
+        "durable_agent.engine.request, durable_agent.engine.loop\n"
         f"bad = [m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r}]\n"
         "assert not bad, bad"
     )
@@ -192,42 +192,3 @@ def test_transcript_entry_uses_reference_field_names():
     )
     dumped = e.model_dump(by_alias=True)
     assert dumped["parentUuid"] == "p" and "sessionId" in dumped
-
-
-@pytest.mark.parametrize(
-    ("status", "etype", "kind", "retryable"),
-    [
-        (529, None, ErrorKind.OVERLOADED, True),
-        (429, "rate_limit_error", ErrorKind.RATE_LIMITED, True),
-        (500, "api_error", ErrorKind.SERVER_ERROR, True),
-        (None, None, ErrorKind.CONNECTION, True),
-        (400, "invalid_request_error", ErrorKind.INVALID_REQUEST, False),
-        (401, "authentication_error", ErrorKind.AUTHENTICATION, False),
-        (403, "permission_error", ErrorKind.PERMISSION, False),
-        (200, "overloaded_error", ErrorKind.OVERLOADED, True),
-    ],
-)
-def test_classify_status(status, etype, kind, retryable):
-    decision = classify_status(status, etype)
-    assert (decision.kind, decision.retryable) == (kind, retryable)
-    assert (decision.delay_seconds is not None) == retryable
-
-
-def test_prompt_too_long_is_parsed_and_never_retried():
-    d = classify_status(
-        400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"
-    )
-    assert (d.kind, d.retryable, d.prompt_tokens, d.max_tokens) == (
-        ErrorKind.PROMPT_TOO_LONG,
-        False,
-        210000,
-        200000,
-    )
-
-
-def test_retry_after_and_should_retry_headers():
-    assert parse_retry_after({"Retry-After": "2"}) == 2.0
-    assert parse_retry_after({"retry-after-ms": "1500"}) == 1.5
-    assert classify_status(429, None, headers={"retry-after": "7"}).delay_seconds == 7.0
-    assert not classify_status(529, None, headers={"X-Should-Retry": "false"}).retryable
-    assert classify_status(500, None, attempt=4).delay_seconds == 4.0

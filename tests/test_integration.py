@@ -7,6 +7,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.model import ModelActivities
 from durable_agent.engine.contracts import CallModelInput
+from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import PendingUser, QueryConfig, Terminal
 from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
 from tests.helpers import replay_client_factory, run_session
@@ -127,6 +128,7 @@ async def test_call_model_activity_stores_entries_and_classifies_errors(store, t
             parent_uuid=None,
             assistant_uuid="a1",
             config=cfg,
+            request=ModelRequest(model="m", max_tokens=100, prompt_caching=False),
             new_user=PendingUser(uuid="u1", parent_uuid=None, prompt="hello"),
         )
         out = await env.run(acts.call_model, req)
@@ -141,9 +143,11 @@ async def test_call_model_activity_stores_entries_and_classifies_errors(store, t
     assert [e.uuid for e in store.chain("s", "a1")] == ["u1", "a1"]
     sent = server.requests[0]
     assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    assert sent["model"] == "m" and sent["max_tokens"] == 100
     assert {t["name"] for t in sent["tools"]} == {"Read", "Write", "Edit", "Bash", "Grep", "Glob"}
     overloaded, auth = errors
     assert overloaded.type == "Overloaded" and not overloaded.non_retryable  # type: ignore[attr-defined]
     assert overloaded.next_retry_delay.total_seconds() == 3  # type: ignore[attr-defined]
-    assert auth.type == "AuthenticationError" and auth.non_retryable  # type: ignore[attr-defined]
+    # A first 401 refreshes the credentials and retries; it is not given up on.
+    assert auth.type == "AuthenticationError" and not auth.non_retryable  # type: ignore[attr-defined]
     assert len(store.entries("s")) == 2  # failed attempts stored nothing new

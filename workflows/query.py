@@ -7,21 +7,26 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
         AppendEntryInput,
         CallModelInput,
         QueryInput,
+        RetryNotice,
         RunToolInput,
         RunToolOutput,
         ToolCall,
     )
+    from durable_agent.engine.errors import FALLBACK_TRIGGERED
+    from durable_agent.engine.loop import after_model_response
     from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
+    from durable_agent.engine.request import ModelRequest
     from durable_agent.engine.state import (
         PendingUser,
         ProgressEvent,
+        QueryConfig,
         QueryResult,
         State,
         Terminal,
@@ -50,6 +55,8 @@ class QueryWorkflow:
         self._phase = "starting"
         self._session_id = ""
         self._next_event = 0
+        self._retries: dict[str, int] = {}
+        self._model = ""
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -57,6 +64,20 @@ class QueryWorkflow:
         self._interrupted = True
         for task in self._running:
             task.cancel()
+
+    @workflow.signal
+    def model_retry(self, notice: RetryNotice) -> None:
+        """The model activity failed an attempt and Temporal will retry it: show why."""
+        self._retries[notice.error_type] = self._retries.get(notice.error_type, 0) + 1
+        wait = (
+            ""
+            if notice.delay_seconds is None
+            else f", next try in {_duration(notice.delay_seconds)}"
+        )
+        workflow.set_current_details(
+            f"{notice.error_type}, attempt {notice.attempt}{wait}: {notice.message}"
+        )
+        self._emit("status", f"{notice.error_type} (attempt {notice.attempt}){wait}", is_error=True)
 
     @workflow.query
     def progress(self, since: int = 0) -> list[ProgressEvent]:
@@ -90,7 +111,9 @@ class QueryWorkflow:
     async def run(self, inp: QueryInput) -> QueryResult:
         cfg = inp.config
         self._session_id = inp.session_id
+        self._model = cfg.model
         self._next_event = inp.state.event_count if inp.state else 0
+        self._retries = dict(inp.state.retries) if inp.state else {}
         state = inp.state or State(
             head_uuid=inp.parent_uuid,
             pending=PendingUser(
@@ -104,7 +127,9 @@ class QueryWorkflow:
                 or workflow.info().is_continue_as_new_suggested()
             ):
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                state = state.model_copy(update={"event_count": self._next_event})
+                state = state.model_copy(
+                    update={"event_count": self._next_event, "retries": dict(self._retries)}
+                )
                 workflow.continue_as_new(inp.model_copy(update={"state": state}))
             iterations += 1
             if self._interrupted:
@@ -113,6 +138,14 @@ class QueryWorkflow:
             # call the model
             self._phase = "streaming"
             workflow.set_current_details(f"turn {state.turn_count}: waiting for the model")
+            model = state.model or cfg.model
+            request = ModelRequest(
+                model=model,
+                max_tokens=state.max_tokens_override or cfg.max_output_tokens,
+                thinking_budget=cfg.thinking_budget,
+                strip_thinking=state.model is not None,
+                prompt_caching=cfg.prompt_caching,
+            )
             assistant_uuid = str(workflow.uuid4())
             try:
                 out = await self._guarded(
@@ -123,25 +156,39 @@ class QueryWorkflow:
                             new_user=state.pending,
                             assistant_uuid=assistant_uuid,
                             config=cfg,
+                            request=request,
                         ),
-                        summary=f"model turn {state.turn_count}",
+                        summary=f"turn {state.turn_count}: {model}",
                     )
                 )
             except _Interrupted:
                 return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
             except ActivityError as exc:
-                return await self._finish(state, Terminal.MODEL_ERROR, _error_text(exc))
-            state = state.model_copy(
-                update={
-                    "head_uuid": assistant_uuid,
-                    "pending": None,
-                    "usage": state.usage + out.usage,
-                }
-            )
+                if (
+                    _error_type(exc) == FALLBACK_TRIGGERED
+                    and cfg.fallback_model
+                    and not state.model
+                ):
+                    # Same request (the pending entry is stored idempotently), other model.
+                    self._emit(
+                        "status", f"{model} stays overloaded; switching to {cfg.fallback_model}"
+                    )
+                    state = state.model_copy(update={"model": cfg.fallback_model})
+                    continue
+                return await self._finish(state, Terminal.MODEL_ERROR, _model_error(exc, cfg))
+            after = after_model_response(state, out, cfg, str(workflow.uuid4()))
+            state = after.state
             if out.text:
                 self._emit("text", out.text)
-            if not out.tool_calls:
-                return self._result(state, Terminal.COMPLETED, final_text=out.text)
+            if after.terminal is not None:
+                return await self._finish(state, after.terminal, after.message, out.text)
+            if not after.run_tools:
+                if cfg.max_turns is not None and state.turn_count > cfg.max_turns:
+                    message = f"reached the maximum of {cfg.max_turns} turns"
+                    return await self._finish(state, Terminal.MAX_TURNS, message)
+                if state.transition is not None:
+                    self._emit("status", f"continuing: {state.transition.value}")
+                continue
 
             # run the tools
             self._phase = "tools"
@@ -217,7 +264,9 @@ class QueryWorkflow:
             refs.append(ToolResultRef(tool_use_id=call.id, inline=inline))
         return refs
 
-    async def _finish(self, state: State, terminal: Terminal, message: str) -> QueryResult:
+    async def _finish(
+        self, state: State, terminal: Terminal, message: str, final_text: str = ""
+    ) -> QueryResult:
         """Store the pending user entry (so the transcript stays valid), then return."""
         if state.pending is not None:
             stored = await steps.append_entry(
@@ -226,7 +275,7 @@ class QueryWorkflow:
             state = state.model_copy(update={"head_uuid": stored.uuid, "pending": None})
         if message:
             self._emit("status", message, is_error=terminal != Terminal.COMPLETED)
-        return self._result(state, terminal, message=message)
+        return self._result(state, terminal, message=message, final_text=final_text)
 
     def _result(
         self, state: State, terminal: Terminal, message: str = "", final_text: str = ""
@@ -242,7 +291,30 @@ class QueryWorkflow:
             final_text=final_text,
             transitions=list(state.transitions),
             query_workflow_id=workflow.info().workflow_id,
+            model=state.model or self._model,
+            fallback_used=state.model is not None,
+            usage_by_model=state.usage_by_model,
+            retries=dict(self._retries),
         )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 3600 else f"{seconds / 3600:.1f}h"
+
+
+def _error_type(exc: BaseException) -> str | None:
+    cause = exc.__cause__
+    return cause.type if isinstance(cause, ApplicationError) else None
+
+
+def _model_error(exc: ActivityError, cfg: QueryConfig) -> str:
+    text = _error_text(exc)
+    if exc.retry_state == RetryState.TIMEOUT:
+        limit = cfg.unattended_max_seconds if cfg.unattended else cfg.model_call_timeout_seconds
+        return f"gave up after {limit / 3600:g} h of retries; last error: {text}"
+    return text
 
 
 def _error_text(exc: BaseException) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from durable_agent.engine.errors import ErrorKind
 from durable_agent.engine.messages import Usage
+from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import PendingUser, QueryConfig, QueryResult, State
 
 
@@ -16,6 +18,25 @@ class CallModelInput(BaseModel):
     new_user: PendingUser | None = None
     assistant_uuid: str
     config: QueryConfig
+    request: ModelRequest
+
+
+class WithheldError(BaseModel):
+    """A failure the loop may recover from (prompt too long), returned instead of raised."""
+
+    kind: ErrorKind
+    message: str
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
+
+
+class RetryNotice(BaseModel):
+    """Sent by the model activity to its workflow before Temporal retries it."""
+
+    attempt: int
+    error_type: str
+    message: str
+    delay_seconds: float | None
 
 
 class ToolCall(BaseModel):
@@ -36,6 +57,7 @@ class CallModelOutput(BaseModel):
     """Assistant text, capped at TEXT_PREVIEW_CHARS (the store keeps it whole)."""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     model: str = ""
+    withheld: WithheldError | None = None
 
 
 class RunToolInput(BaseModel):

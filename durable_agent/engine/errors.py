@@ -1,4 +1,4 @@
-"""Classification of Messages API failures into retry decisions (pure; no SDK imports).
+"""Classification of Messages API failures into retry decisions: one pure function.
 
 The activity turns a decision into a Temporal `ApplicationError`; the workflow's RetryPolicy
 lists NON_RETRYABLE_ERROR_TYPES so Temporal never retries what cannot succeed.
@@ -7,9 +7,11 @@ lists NON_RETRYABLE_ERROR_TYPES so Temporal never retries what cannot succeed.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ErrorKind(StrEnum):
@@ -19,6 +21,7 @@ class ErrorKind(StrEnum):
     RATE_LIMITED = "RateLimited"
     SERVER_ERROR = "ServerError"
     CONNECTION = "ConnectionError"
+    CONNECTION_RESET = "ConnectionReset"
     TIMEOUT = "Timeout"
     AUTHENTICATION = "AuthenticationError"
     PERMISSION = "PermissionDenied"
@@ -28,16 +31,44 @@ class ErrorKind(StrEnum):
     UNKNOWN = "UnknownModelError"
 
 
+class Action(StrEnum):
+    """What to do about a failure."""
+
+    RETRY = "retry"
+    FAIL = "fail"
+    REFRESH_CREDENTIALS = "refresh_credentials"
+    REBUILD_CLIENT = "rebuild_client"
+    FALLBACK = "fallback"
+
+
+class RetryMode(StrEnum):
+    DEFAULT = "default"
+    UNATTENDED = "unattended"
+    """429/529 retried indefinitely (backoff capped at 5 minutes) until the activity's deadline."""
+
+
+FALLBACK_TRIGGERED = "FallbackTriggered"
+GAVE_UP = "RetriesExhausted"
 NON_RETRYABLE_ERROR_TYPES: tuple[str, ...] = (
-    ErrorKind.AUTHENTICATION.value,
-    ErrorKind.PERMISSION.value,
     ErrorKind.PROMPT_TOO_LONG.value,
     ErrorKind.INVALID_REQUEST.value,
     ErrorKind.NOT_FOUND.value,
+    FALLBACK_TRIGGERED,
+    GAVE_UP,
 )
 
+DEFAULT_MAX_ATTEMPTS = 10
+MAX_529_RETRIES = 3
+MAX_CREDENTIAL_REFRESHES = 1
 BASE_DELAY_SECONDS = 0.5
 MAX_DELAY_SECONDS = 32.0
+UNATTENDED_MAX_DELAY_SECONDS = 300.0
+FOREGROUND_529_SOURCES = frozenset(
+    {
+        "repl_main_thread", "sdk", "agent", "agent:custom", "agent:default", "agent:builtin",
+        "compact", "hook_agent", "hook_prompt", "verification_agent", "side_question", "auto_mode",
+    }
+)  # fmt: skip
 
 _PTL = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)", re.IGNORECASE)
 _TYPE_KIND = {
@@ -48,85 +79,188 @@ _TYPE_KIND = {
     "permission_error": ErrorKind.PERMISSION,
     "not_found_error": ErrorKind.NOT_FOUND,
     "request_too_large": ErrorKind.PROMPT_TOO_LONG,
+    "invalid_request_error": ErrorKind.INVALID_REQUEST,
+    "timeout_error": ErrorKind.TIMEOUT,
 }
+_STATUS_KIND = {
+    529: ErrorKind.OVERLOADED,
+    429: ErrorKind.RATE_LIMITED,
+    401: ErrorKind.AUTHENTICATION,
+    403: ErrorKind.PERMISSION,
+    404: ErrorKind.NOT_FOUND,
+    408: ErrorKind.TIMEOUT,
+    413: ErrorKind.PROMPT_TOO_LONG,
+}
+
+
+class ApiFailure(BaseModel):
+    """What went wrong, as the activity saw it. `status=None`: no HTTP response."""
+
+    status: int | None = None
+    error_type: str | None = None
+    message: str = ""
+    headers: dict[str, str] = Field(default_factory=dict)
+    connection_reset: bool = False
+
+
+class RetryTrack(BaseModel):
+    """Counters carried across activity attempts (in heartbeat details)."""
+
+    consecutive_529: int = 0
+    credential_refreshes: int = 0
+
+    def after(self, kind: ErrorKind, action: Action) -> RetryTrack:
+        return RetryTrack(
+            consecutive_529=self.consecutive_529 + 1 if kind == ErrorKind.OVERLOADED else 0,
+            credential_refreshes=self.credential_refreshes
+            + (1 if action == Action.REFRESH_CREDENTIALS else 0),
+        )
+
+
+class RetryContext(BaseModel):
+    attempt: int = 1
+    """1-based attempt number of this call."""
+    query_source: str = "sdk"
+    mode: RetryMode = RetryMode.DEFAULT
+    track: RetryTrack = RetryTrack()
+    has_fallback: bool = False
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    now: datetime | None = None
+    jitter: float = 0.0
+    """A random number in [0, 1) supplied by the caller; adds up to 25 % of the base delay."""
 
 
 class ErrorDecision(BaseModel):
     kind: ErrorKind
-    retryable: bool
+    action: Action
     delay_seconds: float | None = None
     message: str = ""
     prompt_tokens: int | None = None
     max_tokens: int | None = None
+    track: RetryTrack = RetryTrack()
+
+    @property
+    def retryable(self) -> bool:
+        return self.action in (Action.RETRY, Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT)
+
+    @property
+    def error_type(self) -> str:
+        """The ApplicationError type: the kind, or why the kind is not retried any more."""
+        if self.action == Action.FALLBACK:
+            return FALLBACK_TRIGGERED
+        if self.action == Action.FAIL and self.kind.value not in NON_RETRYABLE_ERROR_TYPES:
+            return GAVE_UP
+        return self.kind.value
 
 
-def parse_retry_after(headers: dict[str, str]) -> float | None:
-    """Seconds to wait from `retry-after-ms` / `retry-after` (numeric form only here)."""
+def parse_retry_after(headers: dict[str, str], now: datetime | None = None) -> float | None:
+    """Seconds to wait from `retry-after-ms`, or `retry-after` in seconds or as an HTTP date."""
     lower = {k.lower(): v for k, v in headers.items()}
     if "retry-after-ms" in lower:
         try:
             return max(0.0, float(lower["retry-after-ms"]) / 1000)
         except ValueError:
             pass
-    if "retry-after" in lower:
-        try:
-            return max(0.0, float(lower["retry-after"]))
-        except ValueError:
-            return None
-    return None
+    raw = lower.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
-def backoff_delay(attempt: int) -> float:
-    """500 ms doubling per attempt, capped (attempt is 1-based)."""
-    return min(MAX_DELAY_SECONDS, BASE_DELAY_SECONDS * 2 ** max(0, attempt - 1))
+def backoff_delay(attempt: int, cap: float = MAX_DELAY_SECONDS, jitter: float = 0.0) -> float:
+    """500 ms doubling per attempt (1-based), capped, plus up to 25 % of the base as jitter."""
+    base = min(cap, BASE_DELAY_SECONDS * 2 ** min(max(0, attempt - 1), 30))
+    return base + jitter * 0.25 * base
 
 
-def classify_status(
-    status: int | None,
-    error_type: str | None = None,
-    message: str = "",
-    headers: dict[str, str] | None = None,
-    attempt: int = 1,
-) -> ErrorDecision:
-    """Map an API failure to a decision. `status=None` means no HTTP response (connection/timeout).
+def kind_of(failure: ApiFailure) -> ErrorKind:
+    """The body's `error.type` wins over the status (an `error` event arrives with status 200)."""
+    if _PTL.search(failure.message) or failure.status == 413:
+        return ErrorKind.PROMPT_TOO_LONG
+    by_type = _TYPE_KIND.get(failure.error_type or "")
+    if by_type is not None:
+        return by_type
+    if failure.status is None:
+        return ErrorKind.CONNECTION_RESET if failure.connection_reset else ErrorKind.CONNECTION
+    if failure.status in _STATUS_KIND:
+        return _STATUS_KIND[failure.status]
+    if failure.status >= 500 or failure.status == 409:
+        return ErrorKind.SERVER_ERROR
+    if 400 <= failure.status < 500:
+        return ErrorKind.INVALID_REQUEST
+    return ErrorKind.UNKNOWN
 
-    The body's `error.type` wins over the status: an `error` event mid-stream arrives with
-    status 200 and type `overloaded_error`.
-    """
-    headers = {k.lower(): v for k, v in (headers or {}).items()}
-    match = _PTL.search(message)
-    if match or status == 413:
-        return ErrorDecision(
-            kind=ErrorKind.PROMPT_TOO_LONG,
-            retryable=False,
-            message=message or "prompt is too long",
-            prompt_tokens=int(match.group(1)) if match else None,
-            max_tokens=int(match.group(2)) if match else None,
-        )
-    kind = _TYPE_KIND.get(error_type or "")
-    if kind is None:
-        if status is None:
-            kind = ErrorKind.CONNECTION
-        elif status == 529:
-            kind = ErrorKind.OVERLOADED
-        elif status == 429:
-            kind = ErrorKind.RATE_LIMITED
-        elif status == 401:
-            kind = ErrorKind.AUTHENTICATION
-        elif status == 403:
-            kind = ErrorKind.PERMISSION
-        elif status == 404:
-            kind = ErrorKind.NOT_FOUND
-        elif status in (408, 409) or status >= 500:
-            kind = ErrorKind.SERVER_ERROR
-        elif 400 <= status < 500:
-            kind = ErrorKind.INVALID_REQUEST
-        else:
-            kind = ErrorKind.UNKNOWN
-    retryable = kind.value not in NON_RETRYABLE_ERROR_TYPES
-    if headers.get("x-should-retry", "").lower() == "false":
-        retryable = False
-    delay = parse_retry_after(headers) if retryable else None
-    if retryable and delay is None:
-        delay = backoff_delay(attempt)
-    return ErrorDecision(kind=kind, retryable=retryable, delay_seconds=delay, message=message)
+
+def classify(failure: ApiFailure, ctx: RetryContext) -> ErrorDecision:
+    """Map a failure and its context to a decision; `track` in the result is for the next try."""
+    kind = kind_of(failure)
+    action, why = _action(kind, failure, ctx)
+    persistent = ctx.mode == RetryMode.UNATTENDED and kind in (
+        ErrorKind.OVERLOADED,
+        ErrorKind.RATE_LIMITED,
+    )
+    retrying = action in (Action.RETRY, Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT)
+    if retrying and not persistent and ctx.attempt >= ctx.max_attempts:
+        action, why = Action.FAIL, f"gave up after {ctx.attempt} attempts"
+    delay = None
+    if action in (Action.RETRY, Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT):
+        cap = UNATTENDED_MAX_DELAY_SECONDS if persistent else MAX_DELAY_SECONDS
+        delay = parse_retry_after(failure.headers, ctx.now)
+        if delay is None:
+            delay = backoff_delay(ctx.attempt, cap, ctx.jitter)
+    match = _PTL.search(failure.message)
+    message = failure.message or kind.value
+    return ErrorDecision(
+        kind=kind,
+        action=action,
+        delay_seconds=delay,
+        message=f"{message} ({why})" if why else message,
+        prompt_tokens=int(match.group(1)) if match else None,
+        max_tokens=int(match.group(2)) if match else None,
+        track=ctx.track.after(kind, action),
+    )
+
+
+def _action(kind: ErrorKind, failure: ApiFailure, ctx: RetryContext) -> tuple[Action, str]:
+    if kind == ErrorKind.PROMPT_TOO_LONG:
+        return Action.FAIL, ""
+    should_retry = {k.lower(): v for k, v in failure.headers.items()}.get("x-should-retry", "")
+    if should_retry.lower() == "false":
+        return Action.FAIL, "the server said x-should-retry: false"
+    if kind == ErrorKind.OVERLOADED:
+        if ctx.query_source not in FOREGROUND_529_SOURCES:
+            return (
+                Action.FAIL,
+                f"background query source {ctx.query_source!r} is not retried on 529",
+            )
+        if ctx.mode == RetryMode.UNATTENDED:
+            return Action.RETRY, ""
+        if ctx.track.consecutive_529 >= MAX_529_RETRIES:
+            if ctx.has_fallback:
+                return (
+                    Action.FALLBACK,
+                    f"{ctx.track.consecutive_529 + 1} overloaded responses in a row",
+                )
+            return Action.FAIL, f"still overloaded after {MAX_529_RETRIES} retries"
+        return Action.RETRY, ""
+    if kind in (ErrorKind.AUTHENTICATION, ErrorKind.PERMISSION):
+        if ctx.track.credential_refreshes < MAX_CREDENTIAL_REFRESHES:
+            return Action.REFRESH_CREDENTIALS, ""
+        return Action.FAIL, "the credentials were refreshed and still refused"
+    if kind == ErrorKind.CONNECTION_RESET:
+        return Action.REBUILD_CLIENT, ""
+    if should_retry.lower() == "true":
+        return Action.RETRY, ""
+    if kind in (ErrorKind.INVALID_REQUEST, ErrorKind.NOT_FOUND):
+        return Action.FAIL, ""
+    return Action.RETRY, ""

@@ -10,6 +10,13 @@ from durable_agent.engine.messages import ToolResultBlock, Usage
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_MAX_OUTPUT_TOKENS = 8_000
+ESCALATED_MAX_OUTPUT_TOKENS = 64_000
+MAX_OUTPUT_TOKENS_RECOVERIES = 3
+UNATTENDED_MAX_SECONDS = 6 * 3600.0
+OUTPUT_RECOVERY_MESSAGE = (
+    "Output token limit reached — continue exactly from where you stopped, without repeating "
+    "anything. Break the remaining work into smaller pieces."
+)
 DEFAULT_TOOL_CONCURRENCY = 10
 TOOL_CONCURRENCY_ENV = "DURABLE_AGENT_MAX_TOOL_USE_CONCURRENCY"
 DEFAULT_ITERATIONS_PER_RUN = 100
@@ -65,7 +72,19 @@ class QueryConfig(BaseModel):
     tool_concurrency: int = Field(default=DEFAULT_TOOL_CONCURRENCY, ge=1)
     """How many concurrency-safe tools run at once."""
     query_source: str = "sdk"
-    """Who asks (the reference engine's querySource); decides 529 handling later."""
+    """Who asks (the reference engine's querySource): background sources fail at once on 529."""
+    unattended: bool = False
+    """Ride out 429/529 indefinitely (backoff capped at 5 minutes) for `unattended_max_seconds`."""
+    unattended_max_seconds: float = Field(default=UNATTENDED_MAX_SECONDS, gt=0)
+    """schedule_to_close of a model call in unattended mode (all its retries included)."""
+    fallback_model: str | None = None
+    """Model to switch to for the rest of the query when the main one stays overloaded."""
+    thinking_budget: int | None = Field(default=None, ge=1024)
+    """Enable extended thinking with this many budget tokens."""
+    prompt_caching: bool = True
+    """cache_control on the system prompt and the last message."""
+    max_attempts: int = Field(default=10, ge=1)
+    """Attempts of one model call outside unattended 429/529 handling."""
     iterations_per_run: int = Field(default=DEFAULT_ITERATIONS_PER_RUN, ge=1)
     """Continue-as-new after this many loop iterations in one workflow run."""
     model_heartbeat_seconds: float = 30.0
@@ -106,6 +125,13 @@ class State(BaseModel):
     usage: Usage = Usage()
     transitions: tuple[Transition, ...] = ()
     event_count: int = 0
+    model: str | None = None
+    """The model in use when it is not the configured one (after a fallback)."""
+    max_tokens_override: int | None = None
+    output_recoveries: int = 0
+    usage_by_model: dict[str, Usage] = Field(default_factory=dict)
+    retries: dict[str, int] = Field(default_factory=dict)
+    """Failed model-call attempts that Temporal retried, by error type."""
 
     def next(self, transition: Transition, **changes: object) -> State:
         """A new State for a `continue`, recording why."""
@@ -138,3 +164,7 @@ class QueryResult(BaseModel):
     final_text: str = ""
     transitions: list[Transition] = Field(default_factory=list)
     query_workflow_id: str = ""
+    model: str = ""
+    fallback_used: bool = False
+    usage_by_model: dict[str, Usage] = Field(default_factory=dict)
+    retries: dict[str, int] = Field(default_factory=dict)

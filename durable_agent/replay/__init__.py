@@ -3,6 +3,7 @@
 from durable_agent.replay.cassette import (
     ErrorReply,
     Expect,
+    Fault,
     Turn,
     load_cassette,
     text_turn,
@@ -13,6 +14,7 @@ from durable_agent.replay.server import ReplayServer, tool_pairing_problems
 __all__ = [
     "ErrorReply",
     "Expect",
+    "Fault",
     "ReplayServer",
     "Turn",
     "load_cassette",

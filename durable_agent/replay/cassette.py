@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -27,6 +27,16 @@ class Expect(BaseModel):
     model: str | None = None
 
 
+class Fault(BaseModel):
+    """Break a streamed response after `after_events` SSE events."""
+
+    kind: Literal["drop", "truncate", "error_event"]
+    """drop: close the connection mid-stream; truncate: end the stream cleanly but early;
+    error_event: send an `error` event (type `error_type`), as the API does when it overloads."""
+    after_events: int = 3
+    error_type: str = "overloaded_error"
+
+
 class Turn(BaseModel):
     """One request's answer: a `response` (a Messages API message) or an `error`."""
 
@@ -35,6 +45,7 @@ class Turn(BaseModel):
     expect: Expect | None = None
     event_delay: float = 0.0
     """Seconds to wait between SSE events (for slow-stream tests)."""
+    fault: Fault | None = None
 
 
 def load_cassette(path: Path) -> list[Turn]:

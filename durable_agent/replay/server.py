@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-from durable_agent.replay.cassette import ErrorReply, Turn, sse_events
+from durable_agent.replay.cassette import ErrorReply, Fault, Turn, sse_events
 
 Script = Callable[[dict[str, Any], int], Turn]
 
@@ -79,6 +81,7 @@ class ReplayServer(LoopbackServer):
         self._turns = turns
         self.strict = strict
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.violations: list[str] = []
         self._lock = threading.Lock()
         super().__init__(port)
@@ -134,6 +137,8 @@ class ReplayServer(LoopbackServer):
                             status=404, type="not_found_error", message=f"no route {self.path}"
                         )
                     )
+                with server._lock:
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
                 turn = server.next_turn(body)
                 if turn.error is not None:
                     return self._error(turn.error)
@@ -166,12 +171,32 @@ class ReplayServer(LoopbackServer):
                 self.send_header("connection", "close")
                 self.end_headers()
                 assert turn.response is not None
-                for event, data in sse_events(turn.response, model):
+                fault = turn.fault
+                for sent, (event, data) in enumerate(sse_events(turn.response, model)):
+                    if fault is not None and sent >= fault.after_events:
+                        self._break(fault)
+                        break
                     if turn.event_delay:
                         time.sleep(turn.event_delay)
                     self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
                     self.wfile.flush()
                 self.close_connection = True
+
+            def _break(self, fault: Fault) -> None:
+                if fault.kind == "error_event":
+                    err = {
+                        "type": "error",
+                        "error": {"type": fault.error_type, "message": "scripted"},
+                    }
+                    self.wfile.write(f"event: error\ndata: {json.dumps(err)}\n\n".encode())
+                elif fault.kind == "drop":
+                    # Half a frame, then a reset: the client sees the connection die mid-event.
+                    self.wfile.write(b'event: content_block_delta\ndata: {"type": "cont')
+                    self.wfile.flush()
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    self.connection.close()
 
         return Handler
 

@@ -1,0 +1,184 @@
+"""Request building and the loop's decisions after a model response. Pure."""
+
+from durable_agent.engine.contracts import CallModelOutput, ToolCall, WithheldError
+from durable_agent.engine.errors import ErrorKind
+from durable_agent.engine.loop import after_model_response
+from durable_agent.engine.messages import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    TranscriptEntry,
+    Usage,
+)
+from durable_agent.engine.request import ModelRequest, build_request
+from durable_agent.engine.state import (
+    OUTPUT_RECOVERY_MESSAGE,
+    PendingUser,
+    QueryConfig,
+    State,
+    Terminal,
+    Transition,
+)
+
+CFG = QueryConfig()
+
+
+def out(stop="end_turn", tools=(), withheld=None, model="m", tokens=10):
+    return CallModelOutput(
+        assistant_uuid="a",
+        stop_reason=stop,
+        usage=Usage(input_tokens=tokens),
+        model=model,
+        tool_calls=[
+            ToolCall(id=t, name="Read", concurrency_safe=True, read_only=True, summary=t)
+            for t in tools
+        ],
+        withheld=withheld,
+    )
+
+
+BEFORE = State(head_uuid="h", pending=PendingUser(uuid="p", parent_uuid="h", prompt="x"))
+
+
+def test_end_turn_completes_and_usage_is_kept_per_model():
+    after = after_model_response(BEFORE, out(), CFG, "n")
+    assert (
+        after.terminal == Terminal.COMPLETED
+        and after.state.head_uuid == "a"
+        and after.state.pending is None
+    )
+    again = after_model_response(after.state, out(model="fallback", tokens=5), CFG, "n")
+    assert again.state.usage.input_tokens == 15
+    assert {k: v.input_tokens for k, v in again.state.usage_by_model.items()} == {
+        "m": 10,
+        "fallback": 5,
+    }
+
+
+def test_tool_use_runs_tools():
+    after = after_model_response(BEFORE, out("tool_use", tools=["t"]), CFG, "n")
+    assert after.run_tools and after.terminal is None and after.state.head_uuid == "a"
+
+
+def test_max_tokens_escalates_once_then_recovers_three_times_then_errors():
+    after = after_model_response(BEFORE, out("max_tokens"), CFG, "n1")
+    assert after.state.transition == Transition.MAX_OUTPUT_TOKENS_ESCALATE
+    assert after.state.max_tokens_override == 64_000
+    assert (after.state.head_uuid, after.state.pending) == (
+        "h",
+        BEFORE.pending,
+    )  # same request again
+    state = after.state
+    for n in range(1, 4):
+        step = after_model_response(state, out("max_tokens"), CFG, f"r{n}")
+        assert (
+            step.state.transition == Transition.MAX_OUTPUT_TOKENS_RECOVERY and step.terminal is None
+        )
+        assert step.state.pending == PendingUser(
+            uuid=f"r{n}", parent_uuid="a", prompt=OUTPUT_RECOVERY_MESSAGE
+        )
+        assert step.state.output_recoveries == n
+        state = step.state
+    last = after_model_response(state, out("max_tokens"), CFG, "x")
+    assert last.terminal == Terminal.MODEL_ERROR and "output token limit" in last.message
+    assert (
+        list(last.state.transitions)
+        == [Transition.MAX_OUTPUT_TOKENS_ESCALATE] + [Transition.MAX_OUTPUT_TOKENS_RECOVERY] * 3
+    )
+
+
+def test_no_escalation_when_the_cap_is_already_high():
+    after = after_model_response(
+        BEFORE, out("max_tokens"), QueryConfig(max_output_tokens=64_000), "n"
+    )
+    assert after.state.transition == Transition.MAX_OUTPUT_TOKENS_RECOVERY
+
+
+def test_pause_turn_continues_and_refusal_ends():
+    paused = after_model_response(BEFORE, out("pause_turn"), CFG, "n")
+    assert paused.terminal is None and not paused.run_tools
+    assert paused.state.transition == Transition.NEXT_TURN and paused.state.pending is None
+    refused = after_model_response(BEFORE, out("refusal"), CFG, "n")
+    assert refused.terminal == Terminal.MODEL_ERROR and "refusal" in refused.message
+
+
+def test_withheld_prompt_too_long_ends_prompt_too_long():
+    w = WithheldError(
+        kind=ErrorKind.PROMPT_TOO_LONG,
+        message="prompt is too long: 5 tokens > 4 maximum",
+        prompt_tokens=5,
+        max_tokens=4,
+    )
+    after = after_model_response(BEFORE, out(stop=None, withheld=w), CFG, "n")
+    assert after.terminal == Terminal.PROMPT_TOO_LONG and "5 tokens > 4" in after.message
+
+
+def entry(uuid, parent, role, *blocks):
+    return TranscriptEntry(
+        uuid=uuid, parentUuid=parent, type=role, message=Message(role=role, content=list(blocks))
+    )
+
+
+CHAIN = [
+    entry("1", None, "user", TextBlock(text="hi")),
+    entry(
+        "2",
+        "1",
+        "assistant",
+        ThinkingBlock(thinking="hmm", signature="sig"),
+        ToolUseBlock(id="t", name="Read", input={}),
+    ),
+    entry("3", "2", "user", TextBlock(text="more")),
+    entry(
+        "4",
+        "3",
+        "assistant",
+        TextBlock(text="partial"),
+        ThinkingBlock(thinking="trailing", signature="s2"),
+    ),
+]
+
+
+def test_request_has_caching_on_system_and_last_message():
+    req = build_request(CHAIN[:3], "SYS", ("Read",), ModelRequest(model="m", max_tokens=8000))
+    assert req["system"] == [
+        {"type": "text", "text": "SYS", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert req["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert sum("cache_control" in b for m in req["messages"] for b in m["content"]) == 1
+    assert [t["name"] for t in req["tools"]] == ["Read"] and "thinking" not in req
+    plain = build_request(
+        CHAIN[:3], "SYS", (), ModelRequest(model="m", max_tokens=1, prompt_caching=False)
+    )
+    assert "cache_control" not in str(plain)
+
+
+def test_thinking_blocks_pass_back_exactly_but_never_last():
+    req = build_request(
+        CHAIN, "S", (), ModelRequest(model="m", max_tokens=8000, thinking_budget=4000)
+    )
+    assert req["thinking"] == {"type": "enabled", "budget_tokens": 4000}
+    assert req["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "hmm",
+        "signature": "sig",
+    }
+    assert [b["type"] for b in req["messages"][3]["content"]] == [
+        "text"
+    ]  # trailing thinking dropped
+    assert (
+        build_request(
+            CHAIN, "S", (), ModelRequest(model="m", max_tokens=1000, thinking_budget=4000)
+        )["max_tokens"]
+        > 4000
+    )
+
+
+def test_thinking_is_stripped_without_thinking_or_after_a_fallback():
+    for req in (
+        ModelRequest(model="m", max_tokens=10),
+        ModelRequest(model="m", max_tokens=10, thinking_budget=2000, strip_thinking=True),
+    ):
+        built = build_request(CHAIN, "S", (), req)
+        assert "thinking" not in [b["type"] for m in built["messages"] for b in m["content"]]
