@@ -30,9 +30,10 @@ def build_worker(
     store: TranscriptStore | None = None,
     client_factory: ClientFactory = default_client,
     max_concurrent_activities: int = 50,
+    model: ModelActivities | None = None,
 ) -> Worker:
     store = store or TranscriptStore(state_home())
-    model = ModelActivities(store, client_factory, temporal=client)
+    model = model or ModelActivities(store, client_factory, temporal=client)
     tools = ToolActivities(store)
     stores = StoreActivities(store)
     return Worker(

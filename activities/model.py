@@ -137,11 +137,13 @@ class ModelActivities:
         client_factory: ClientFactory = default_client,
         credentials: Credentials | None = None,
         temporal: Client | None = None,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         self.store = store
         self.client_factory = client_factory
         self.credentials = credentials or Credentials()
         self.temporal = temporal
+        self.jitter = jitter
         self._client: anthropic.AsyncAnthropic | None = None
         self._keepalive = True
 
@@ -234,7 +236,7 @@ class ModelActivities:
                 and req.request.model != cfg.fallback_model,
                 max_attempts=cfg.max_attempts,
                 now=datetime.now(UTC),
-                jitter=random.random(),
+                jitter=self.jitter(),
             ),
         )
 

@@ -26,7 +26,7 @@ from durable_agent.cli import (
     new_session_id,
     state_dir,
 )
-from durable_agent.console import Console
+from durable_agent.console import Console, result_details
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import MAX_PROMPT_CHARS, ProgressEvent, QueryConfig, QueryResult
@@ -311,8 +311,8 @@ def _print_result(result: QueryResult) -> None:
         f"last prompt: {result.terminal.value} after {result.turn_count} turn(s)"
         + (f" — {result.message}" if result.message else "")
     )
-    if result.transitions:
-        print("transitions: " + ", ".join(t.value for t in result.transitions))
+    for line in result_details(result):
+        print(line)
 
 
 async def cmd_interrupt(args: argparse.Namespace) -> int:

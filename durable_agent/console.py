@@ -75,6 +75,23 @@ class Console:
         if result.terminal != Terminal.COMPLETED:
             line = f"stopped: {line}" + (f" — {result.message}" if result.message else "")
         print(line, file=self.err, flush=True)
+        if result.transitions or result.retries or result.fallback_used:
+            for detail in result_details(result):
+                print(f"  {detail}", file=self.err, flush=True)
+
+
+def result_details(result: QueryResult) -> list[str]:
+    """The recoveries a query went through, one line each."""
+    lines = []
+    if result.transitions:
+        lines.append("transitions: " + ", ".join(t.value for t in result.transitions))
+    if result.retries:
+        lines.append(
+            "retried: " + ", ".join(f"{k} ×{v}" for k, v in sorted(result.retries.items()))
+        )
+    if result.fallback_used:
+        lines.append(f"fallback model used: {result.model}")
+    return lines
 
 
 def fail(message: str, hint: str | None = None, code: int = 2) -> int:

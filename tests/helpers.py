@@ -8,7 +8,7 @@ from pathlib import Path
 import anthropic
 from temporalio.client import Client
 
-from activities.model import ClientOptions
+from activities.model import ClientOptions, ModelActivities
 from activities.transcript import TranscriptStore
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import QueryConfig
@@ -33,11 +33,16 @@ async def run_session(
     workspace: Path,
     prompt: str,
     task_queue: str,
+    jitter: float | None = None,
     **config: object,
 ) -> tuple[str, SessionStatus]:
     session_id = f"test-{uuid.uuid4()}"
     cfg = QueryConfig.model_validate({"workspace": str(workspace), **config})
-    async with build_worker(client, task_queue, store, replay_client_factory(server)):
+    factory = replay_client_factory(server)
+    model = None
+    if jitter is not None:
+        model = ModelActivities(store, factory, temporal=client, jitter=lambda: jitter)
+    async with build_worker(client, task_queue, store, factory, model=model):
         status = await client.execute_workflow(
             SessionWorkflow.run,
             SessionInput(

@@ -17,21 +17,30 @@ with workflow.unsafe.imports_passed_through():
         RunToolInput,
         RunToolOutput,
     )
-    from durable_agent.engine.errors import MAX_DELAY_SECONDS, NON_RETRYABLE_ERROR_TYPES
+    from durable_agent.engine.errors import (
+        MAX_DELAY_SECONDS,
+        NON_RETRYABLE_ERROR_TYPES,
+        UNATTENDED_MAX_DELAY_SECONDS,
+    )
     from durable_agent.engine.state import QueryConfig
 
-MODEL_MAX_ATTEMPTS = 10
-
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=MAX_DELAY_SECONDS),
-    maximum_attempts=MODEL_MAX_ATTEMPTS,
-    non_retryable_error_types=list(NON_RETRYABLE_ERROR_TYPES),
-)
-TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+READ_ONLY_TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+SIDE_EFFECT_TOOL_RETRY = RetryPolicy(maximum_attempts=1)
+"""A tool with side effects is never re-run blindly: a lost attempt becomes an error result."""
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=20)
 STORE_TIMEOUT = timedelta(seconds=30)
+
+
+def model_retry_policy(cfg: QueryConfig) -> RetryPolicy:
+    """The classifier decides each retry; this policy is the backstop (and the unattended cap)."""
+    cap = UNATTENDED_MAX_DELAY_SECONDS if cfg.unattended else MAX_DELAY_SECONDS
+    return RetryPolicy(
+        initial_interval=timedelta(milliseconds=500),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=cap),
+        maximum_attempts=0 if cfg.unattended else cfg.max_attempts,
+        non_retryable_error_types=list(NON_RETRYABLE_ERROR_TYPES),
+    )
 
 
 def call_model(req: CallModelInput, summary: str) -> Awaitable[CallModelOutput]:
@@ -41,20 +50,25 @@ def call_model(req: CallModelInput, summary: str) -> Awaitable[CallModelOutput]:
         req,
         result_type=CallModelOutput,
         start_to_close_timeout=timedelta(seconds=cfg.model_call_timeout_seconds),
+        schedule_to_close_timeout=timedelta(seconds=cfg.unattended_max_seconds)
+        if cfg.unattended
+        else None,
         heartbeat_timeout=timedelta(seconds=cfg.model_heartbeat_seconds),
-        retry_policy=MODEL_RETRY,
+        retry_policy=model_retry_policy(cfg),
         summary=summary,
     )
 
 
-def run_tool(req: RunToolInput, cfg: QueryConfig, summary: str) -> Awaitable[RunToolOutput]:
+def run_tool(
+    req: RunToolInput, cfg: QueryConfig, summary: str, read_only: bool
+) -> Awaitable[RunToolOutput]:
     return workflow.execute_activity(
         "run_tool",
         req,
         result_type=RunToolOutput,
         start_to_close_timeout=timedelta(seconds=cfg.tool_timeout_seconds),
         heartbeat_timeout=timedelta(seconds=cfg.tool_heartbeat_seconds),
-        retry_policy=TOOL_RETRY,
+        retry_policy=READ_ONLY_TOOL_RETRY if read_only else SIDE_EFFECT_TOOL_RETRY,
         summary=summary,
     )
 

@@ -7,7 +7,15 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    RetryState,
+)
+from temporalio.exceptions import (
+    TimeoutError as ActivityTimeoutError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
@@ -235,6 +243,7 @@ class QueryWorkflow:
                         ),
                         cfg,
                         call.summary,
+                        call.read_only,
                     )
                 )
                 outputs[call.id] = done
@@ -250,7 +259,7 @@ class QueryWorkflow:
                 if isinstance(res, _Interrupted):
                     continue
                 if isinstance(res, ActivityError):
-                    failed[block.id] = f"The tool failed to run: {_error_text(res)}"
+                    failed[block.id] = _tool_failure(res, by_id[block.id])
                 elif isinstance(res, BaseException):
                     raise res
         refs = []
@@ -296,6 +305,15 @@ class QueryWorkflow:
             usage_by_model=state.usage_by_model,
             retries=dict(self._retries),
         )
+
+
+def _tool_failure(exc: ActivityError, call: ToolCall) -> str:
+    if isinstance(exc.cause, ActivityTimeoutError):
+        lost = "The worker running this tool stopped responding"
+        if call.read_only:
+            return f"{lost} on every attempt; the tool did not finish."
+        return f"{lost}. It may have partly run; it was not re-run, to avoid running it twice."
+    return f"The tool failed to run: {_error_text(exc)}"
 
 
 def _duration(seconds: float) -> str:

@@ -1,0 +1,239 @@
+"""Model calls against the replay server with scripted faults: real HTTP, the real client, the
+real call_model activity and Temporal's retries (time-skipping: backoff costs no wall time)."""
+
+import json
+
+from temporalio.api.enums.v1 import EventType
+
+from durable_agent.engine.state import OUTPUT_RECOVERY_MESSAGE, Terminal, Transition
+from durable_agent.replay import ErrorReply, Fault, ReplayServer, Turn, text_turn
+from durable_agent.replay.cassette import message
+from tests.helpers import run_session
+from workflows.session import query_workflow_id
+
+
+def err(status, etype="api_error", message="scripted", **headers):
+    return Turn(error=ErrorReply(status=status, type=etype, message=message, headers=headers))
+
+
+OVERLOADED = err(529, "overloaded_error", "Overloaded")
+
+
+async def run(ts_env, store, workspace, task_queue, turns, **config):
+    with ReplayServer(turns) as server:
+        sid, status = await run_session(
+            ts_env.client, server, store, workspace, "go", task_queue, **config
+        )
+    assert server.violations == []
+    assert status.last_result is not None, status
+    return server, status.last_result, sid
+
+
+async def test_529_twice_then_success(ts_env, store, workspace, task_queue):
+    server, result, _ = await run(
+        ts_env, store, workspace, task_queue, [OVERLOADED, OVERLOADED, text_turn("ok")]
+    )
+    assert len(server.requests) == 3 and result.terminal == Terminal.COMPLETED
+    assert result.retries == {"Overloaded": 2}
+
+
+async def test_529_four_times_without_fallback_is_a_model_error(
+    ts_env, store, workspace, task_queue
+):
+    server, result, _ = await run(ts_env, store, workspace, task_queue, [OVERLOADED] * 4)
+    assert len(server.requests) == 4 and result.terminal == Terminal.MODEL_ERROR
+    assert "still overloaded after 3 retries" in result.message
+
+
+async def test_529_four_times_with_fallback_switches_model(ts_env, store, workspace, task_queue):
+    turns = [OVERLOADED] * 4 + [text_turn("from the fallback")]
+    server, result, _ = await run(
+        ts_env, store, workspace, task_queue, turns, fallback_model="claude-fallback"
+    )
+    assert len(server.requests) == 5 and result.terminal == Terminal.COMPLETED
+    assert [r["model"] for r in server.requests] == ["claude-sonnet-4-5"] * 4 + ["claude-fallback"]
+    assert result.fallback_used and result.model == "claude-fallback"
+    assert set(result.usage_by_model) == {"claude-fallback"}
+    assert server.requests[4]["messages"] == server.requests[0]["messages"]
+
+
+async def test_429_honours_retry_after(ts_env, store, workspace, task_queue):
+    turns = [err(429, "rate_limit_error", "slow down", **{"retry-after": "2"}), text_turn("ok")]
+    server, result, sid = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
+    history = await ts_env.client.get_workflow_handle(query_workflow_id(sid, 1)).fetch_history()
+    times = {e.event_type: e.event_time.ToDatetime() for e in history.events}
+    waited = (
+        times[EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
+        - times[EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    )
+    assert 2 <= waited.total_seconds() < 3  # the second attempt started after the server's 2 s
+
+
+async def test_x_should_retry_false_is_not_retried(ts_env, store, workspace, task_queue):
+    turns = [err(529, "overloaded_error", "no", **{"x-should-retry": "false"}), text_turn("never")]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 1 and result.terminal == Terminal.MODEL_ERROR
+    assert "x-should-retry" in result.message
+
+
+def streamed(fault):
+    return Turn(
+        response=message([{"type": "text", "text": "a long answer " * 20}], "end_turn"), fault=fault
+    )
+
+
+async def test_error_event_mid_stream_is_retried(ts_env, store, workspace, task_queue):
+    turns = [streamed(Fault(kind="error_event", after_events=4)), text_turn("ok")]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
+    assert result.retries == {"Overloaded": 1}
+
+
+async def test_connection_dropped_mid_stream_is_retried(ts_env, store, workspace, task_queue):
+    turns = [streamed(Fault(kind="drop", after_events=4)), text_turn("ok")]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
+    assert sum(result.retries.values()) == 1
+
+
+async def test_truncated_sse_is_retried(ts_env, store, workspace, task_queue):
+    turns = [streamed(Fault(kind="truncate", after_events=5)), text_turn("ok")]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
+    assert result.final_text == "ok"
+
+
+async def test_401_then_a_fresh_key(ts_env, store, workspace, task_queue, tmp_path, monkeypatch):
+    counter = tmp_path / "count"
+    helper = (
+        f"n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}; echo key-$n"
+    )
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"apiKeyHelper": helper}))
+    monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(settings))
+    turns = [err(401, "authentication_error", "invalid x-api-key"), text_turn("ok")]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
+    sent = [
+        h.get("x-api-key") or h.get("authorization", "").removeprefix("Bearer ")
+        for h in server.headers
+    ]
+    assert sent == ["key-1", "key-2"]
+
+
+async def test_401_twice_is_a_model_error(ts_env, store, workspace, task_queue):
+    turns = [err(401, "authentication_error", "invalid x-api-key")] * 2
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 2 and result.terminal == Terminal.MODEL_ERROR
+
+
+async def test_prompt_too_long_is_never_retried(ts_env, store, workspace, task_queue):
+    turns = [
+        err(400, "invalid_request_error", "prompt is too long: 212345 tokens > 200000 maximum")
+    ]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 1 and result.terminal == Terminal.PROMPT_TOO_LONG
+    assert "212345 tokens > 200000" in result.message
+
+
+async def test_500s_are_retried(ts_env, store, workspace, task_queue):
+    server, result, _ = await run(
+        ts_env, store, workspace, task_queue, [err(500)] * 3 + [text_turn("ok")]
+    )
+    assert len(server.requests) == 4 and result.terminal == Terminal.COMPLETED
+    assert result.retries == {"ServerError": 3}
+
+
+async def test_500s_give_up_after_ten_attempts(ts_env, store, workspace, task_queue):
+    server, result, _ = await run(ts_env, store, workspace, task_queue, [err(500)] * 10)
+    assert len(server.requests) == 10 and result.terminal == Terminal.MODEL_ERROR
+    assert "gave up after 10 attempts" in result.message
+
+
+def truncated(text):
+    return Turn(response=message([{"type": "text", "text": text}], "max_tokens"))
+
+
+async def test_max_tokens_escalation_then_three_recoveries_then_error(
+    ts_env, store, workspace, task_queue
+):
+    turns = [truncated(f"part {i}") for i in range(5)]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 5 and result.terminal == Terminal.MODEL_ERROR
+    assert (
+        result.transitions
+        == [Transition.MAX_OUTPUT_TOKENS_ESCALATE] + [Transition.MAX_OUTPUT_TOKENS_RECOVERY] * 3
+    )
+    assert [r["max_tokens"] for r in server.requests] == [8000] + [64000] * 4
+    assert (
+        server.requests[1]["messages"] == server.requests[0]["messages"]
+    )  # escalation: same request
+    recovery = server.requests[2]["messages"]
+    assert recovery[-2]["content"][0]["text"] == "part 1"
+    assert recovery[-1]["content"][0]["text"] == OUTPUT_RECOVERY_MESSAGE
+
+
+async def test_max_tokens_recovery_that_finishes(ts_env, store, workspace, task_queue):
+    turns = [truncated("a"), truncated("b"), text_turn("c")]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 3 and result.terminal == Terminal.COMPLETED
+    assert result.transitions == [
+        Transition.MAX_OUTPUT_TOKENS_ESCALATE,
+        Transition.MAX_OUTPUT_TOKENS_RECOVERY,
+    ]
+
+
+async def test_pause_turn_is_sent_back_unchanged(ts_env, store, workspace, task_queue):
+    paused = Turn(response=message([{"type": "text", "text": "working on it"}], "pause_turn"))
+    server, result, _ = await run(ts_env, store, workspace, task_queue, [paused, text_turn("done")])
+    assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
+    last = server.requests[1]["messages"][-1]
+    assert last["role"] == "assistant" and last["content"][0]["text"] == "working on it"
+
+
+async def test_refusal_ends_with_a_clear_message(ts_env, store, workspace, task_queue):
+    refused = Turn(
+        response=message([{"type": "text", "text": "I can't help with that."}], "refusal")
+    )
+    server, result, _ = await run(ts_env, store, workspace, task_queue, [refused])
+    assert len(server.requests) == 1 and result.terminal == Terminal.MODEL_ERROR
+    assert "refusal" in result.message
+
+
+def overload_then(failures: int):
+    def script(body, index):
+        return OVERLOADED if index < failures else text_turn("back")
+
+    return script
+
+
+async def elapsed_hours(ts_env, sid):
+    history = await ts_env.client.get_workflow_handle(query_workflow_id(sid, 1)).fetch_history()
+    times = [e.event_time.ToDatetime() for e in history.events]
+    return (times[-1] - times[0]).total_seconds() / 3600
+
+
+async def test_unattended_rides_out_a_five_hour_overload(ts_env, store, workspace, task_queue):
+    # Backoff 0.5 s doubling to the 5-minute cap: 70 failed attempts span ~5.1 hours.
+    with ReplayServer(overload_then(70)) as server:
+        sid, status = await run_session(
+            ts_env.client, server, store, workspace, "go", task_queue, jitter=0.0, unattended=True
+        )
+    result = status.last_result
+    assert result is not None and result.terminal == Terminal.COMPLETED
+    assert len(server.requests) == 71 and result.retries == {"Overloaded": 70}
+    assert 5 <= await elapsed_hours(ts_env, sid) < 6
+
+
+async def test_unattended_gives_up_after_six_hours(ts_env, store, workspace, task_queue):
+    # A 7-hour overload (~95 attempts): the 6-hour schedule_to_close ends it first.
+    with ReplayServer(overload_then(95)) as server:
+        sid, status = await run_session(
+            ts_env.client, server, store, workspace, "go", task_queue, jitter=0.0, unattended=True
+        )
+    result = status.last_result
+    assert result is not None and result.terminal == Terminal.MODEL_ERROR
+    assert "gave up after 6 h of retries" in result.message and "Overloaded" in result.message
+    assert 75 <= len(server.requests) < 95
+    assert 5.9 <= await elapsed_hours(ts_env, sid) <= 6.1
