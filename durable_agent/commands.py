@@ -284,19 +284,29 @@ async def cmd_status(args: argparse.Namespace) -> int:
     from workflows.session import SessionWorkflow
 
     client = await connect(Console(), start_server=False)
-    handle = client.get_workflow_handle(args.session_id)
+    handle = client.get_workflow_handle_for(SessionWorkflow.run, args.session_id)
     try:
-        status = await handle.query(SessionWorkflow.status)
         desc = await handle.describe()
     except RPCError as exc:
         raise CliError(
             f"no session {args.session_id}: {exc.message}", "durable-agent list shows sessions"
         ) from exc
+    try:
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            status = await handle.result()  # no worker needed for a finished session
+        else:
+            status = await asyncio.wait_for(handle.query(SessionWorkflow.status), 10)
+    except TimeoutError as exc:
+        raise CliError(
+            f"session {args.session_id} is {_state(desc.status)} but no worker answers for it",
+            f"start a worker for task queue {desc.task_queue!r}: uv run python worker.py",
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 — failed/terminated sessions have no status to show
+        raise CliError(f"session {args.session_id} is {_state(desc.status)}: {exc}") from exc
     if args.output_format == "json":
         print(status.model_dump_json(indent=2))
         return 0
-    state = desc.status.name.lower() if desc.status else "unknown"
-    print(f"session {status.session_id}: {state}, {status.queries} prompt(s)")
+    print(f"session {status.session_id}: {_state(desc.status)}, {status.queries} prompt(s)")
     if status.running_query_id:
         print(f"running: {status.running_query_id}")
     if status.last_result is not None:
@@ -304,6 +314,10 @@ async def cmd_status(args: argparse.Namespace) -> int:
     if status.last_error:
         print(f"last error: {status.last_error}")
     return 0
+
+
+def _state(status: WorkflowExecutionStatus | None) -> str:
+    return status.name.lower() if status else "unknown"
 
 
 def _print_result(result: QueryResult) -> None:

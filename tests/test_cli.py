@@ -116,6 +116,41 @@ def test_run_against_a_compatible_server(dev_env, tmp_path):
     assert answered[0]["content"] == "hello" and answered[1]["is_error"]
 
 
+def test_json_output_and_status_show_the_recoveries(dev_env, tmp_path):
+    from durable_agent.replay import ErrorReply, Turn
+    from durable_agent.replay.cassette import message
+
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    turns = [
+        Turn(
+            error=ErrorReply(
+                status=529, type="overloaded_error", message="busy", headers={"retry-after": "0"}
+            )
+        ),
+        Turn(response=message([{"type": "text", "text": "cut"}], "max_tokens")),
+        text_turn("whole"),
+    ]
+    with ReplayServer(turns) as server:
+        env["ANTHROPIC_BASE_URL"] = server.base_url
+        proc = durable_agent(
+            ["run", "go", "--workspace", str(tmp_path), "--output-format", "json"], env
+        )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["transitions"] == ["max_output_tokens_escalate"]
+    assert result["retries"] == {"Overloaded": 1}
+    status = durable_agent(["status", result["session_id"]], env)
+    assert status.returncode == 0, status.stderr
+    assert (
+        "completed" in status.stdout and "transitions: max_output_tokens_escalate" in status.stdout
+    )
+    assert "retried: Overloaded ×1" in status.stdout
+
+
 def test_run_stops_with_max_turns_and_names_it(dev_env, tmp_path):
     env = cli_env(
         tmp_path,
