@@ -239,12 +239,19 @@ async def test_unattended_gives_up_after_six_hours(ts_env, store, workspace, tas
     assert 5.9 <= await elapsed_hours(ts_env, sid) <= 6.1
 
 
-async def test_thinking_blocks_pass_back_exactly_through_a_tool_trajectory(ts_env, store, workspace, task_queue):
+async def test_thinking_blocks_pass_back_exactly_through_a_tool_trajectory(
+    ts_env, store, workspace, task_queue
+):
     thinking = {"type": "thinking", "thinking": "I should list the files.", "signature": "sig-abc"}
-    first = Turn(response=message(
-        [thinking, {"type": "tool_use", "id": "g1", "name": "Glob", "input": {"pattern": "*"}}], "tool_use"
-    ))
-    server, result, _ = await run(ts_env, store, workspace, task_queue, [first, text_turn("none")], thinking_budget=2048)
+    first = Turn(
+        response=message(
+            [thinking, {"type": "tool_use", "id": "g1", "name": "Glob", "input": {"pattern": "*"}}],
+            "tool_use",
+        )
+    )
+    server, result, _ = await run(
+        ts_env, store, workspace, task_queue, [first, text_turn("none")], thinking_budget=2048
+    )
     assert result.terminal == Terminal.COMPLETED and len(server.requests) == 2
     assert server.requests[0]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert server.requests[0]["max_tokens"] > 2048
