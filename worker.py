@@ -13,6 +13,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from activities.compaction import CompactionActivities
 from activities.model import ClientFactory, ModelActivities, default_client
 from activities.tools import ToolActivities
 from activities.transcript import StoreActivities, TranscriptStore
@@ -34,6 +35,7 @@ def build_worker(
 ) -> Worker:
     store = store or TranscriptStore(state_home())
     model = model or ModelActivities(store, client_factory, temporal=client)
+    compaction = CompactionActivities(model)
     tools = ToolActivities(store)
     stores = StoreActivities(store)
     return Worker(
@@ -42,6 +44,8 @@ def build_worker(
         workflows=WORKFLOWS,
         activities=[
             model.call_model,
+            compaction.autocompact,
+            compaction.plan_collapse,
             tools.run_tool,
             stores.append_entry,
             stores.transcript_location,

@@ -29,10 +29,10 @@ from durable_agent.engine.contracts import (
     WithheldError,
 )
 from durable_agent.engine.errors import (
+    WITHHELD_KINDS,
     Action,
     ApiFailure,
     ErrorDecision,
-    ErrorKind,
     RetryContext,
     RetryMode,
     RetryTrack,
@@ -164,8 +164,15 @@ class ModelActivities:
         parent = req.parent_uuid
         if req.new_user is not None:
             parent = append_pending(self.store, req.session_id, req.new_user).uuid
-        chain = self.store.chain(req.session_id, parent)
-        request = build_request(chain, system_prompt(req.config), req.config.tools, req.request)
+        chain = self.store.chain(req.session_id, parent, since_boundary=True)
+        request, overflowed = build_request(
+            chain,
+            system_prompt(req.config),
+            req.config.tools,
+            req.request,
+            lambda tool_use_id: str(self.store.overflow_path(req.session_id, tool_use_id)),
+        )
+        self.store.write_overflow(req.session_id, chain, overflowed)
         try:
             final = await self._stream(request, track)
         except (
@@ -176,7 +183,7 @@ class ModelActivities:
             CredentialsError,
         ) as exc:
             decision = self._decide(exc, req, track)
-            if decision.kind == ErrorKind.PROMPT_TOO_LONG:
+            if decision.kind.value in WITHHELD_KINDS:
                 return _withheld(req, decision)
             activity.heartbeat(decision.track.model_dump(mode="json"))
             if decision.action in (Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT):

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 
@@ -66,27 +67,33 @@ class TranscriptStore:
         return out
 
     def append(
-        self, session_id: str, uuid: str, parent_uuid: str | None, message: Message
+        self, session_id: str, uuid: str, parent_uuid: str | None, message: Message, **extra: Any
     ) -> TranscriptEntry:
         """Append once: a second call with the same uuid returns the stored entry."""
+        return self.append_entry(
+            session_id,
+            TranscriptEntry(
+                uuid=uuid, parentUuid=parent_uuid, type=message.role, message=message, **extra
+            ),
+        )
+
+    def append_entry(self, session_id: str, entry: TranscriptEntry) -> TranscriptEntry:
         with self._locked(session_id) as path:
-            existing = self.entries(session_id).get(uuid)
+            existing = self.entries(session_id).get(entry.uuid)
             if existing is not None:
                 return existing
-            entry = TranscriptEntry(
-                uuid=uuid,
-                parentUuid=parent_uuid,
-                type=message.role,
-                message=message,
-                timestamp=datetime.now(UTC).isoformat(),
-                sessionId=session_id,
+            entry = entry.model_copy(
+                update={"timestamp": datetime.now(UTC).isoformat(), "session_id": session_id}
             )
             with open(path, "a", encoding="utf-8") as f:
                 f.write(entry.model_dump_json(by_alias=True) + "\n")
             return entry
 
-    def chain(self, session_id: str, head_uuid: str | None) -> list[TranscriptEntry]:
-        """Entries from the root to `head_uuid`, in order."""
+    def chain(
+        self, session_id: str, head_uuid: str | None, since_boundary: bool = False
+    ) -> list[TranscriptEntry]:
+        """Entries from the root (or, with `since_boundary`, from after the last compact
+        boundary) to `head_uuid`, in order."""
         if head_uuid is None:
             return []
         entries = self.entries(session_id)
@@ -96,6 +103,8 @@ class TranscriptStore:
             entry = entries.get(cursor)
             if entry is None:
                 raise TranscriptError(f"transcript {session_id}: entry {cursor} is missing")
+            if since_boundary and entry.is_compact_boundary:
+                break
             out.append(entry)
             cursor = entry.parent_uuid
             if len(out) > len(entries):
@@ -107,7 +116,7 @@ class TranscriptStore:
         entry = self.entries(session_id).get(assistant_uuid)
         if entry is None:
             raise TranscriptError(f"assistant entry {assistant_uuid} is missing")
-        for block in entry.message.tool_uses():
+        for block in entry.message.tool_uses() if entry.message else []:
             if block.id == tool_use_id:
                 return block
         raise TranscriptError(f"tool_use {tool_use_id} is not in entry {assistant_uuid}")
@@ -120,6 +129,34 @@ class TranscriptStore:
         tmp = target.with_suffix(".tmp")
         tmp.write_text(block.model_dump_json(), encoding="utf-8")
         tmp.replace(target)
+
+    def overflow_dir(self, session_id: str) -> Path:
+        """Where whole oversized tool results are kept as text, for the Read tool."""
+        return self._results_dir(session_id) / "full"
+
+    def overflow_path(self, session_id: str, tool_use_id: str) -> Path:
+        return self.overflow_dir(session_id) / f"{_SAFE_ID.sub('_', tool_use_id)}.txt"
+
+    def write_overflow(
+        self, session_id: str, chain: list[TranscriptEntry], tool_use_ids: list[str]
+    ) -> None:
+        """Write the whole text of results the request view replaced by a preview (once)."""
+        wanted = set(tool_use_ids)
+        for entry in chain:
+            for block in entry.message.content if entry.message else []:
+                if isinstance(block, ToolResultBlock) and block.tool_use_id in wanted:
+                    target = self.overflow_path(session_id, block.tool_use_id)
+                    if target.exists():
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    text = (
+                        block.content
+                        if isinstance(block.content, str)
+                        else "\n".join(b.text for b in block.content if isinstance(b, TextBlock))
+                    )
+                    tmp = target.with_suffix(".tmp")
+                    tmp.write_text(text, encoding="utf-8")
+                    tmp.replace(target)
 
     def get_tool_result(self, session_id: str, tool_use_id: str) -> ToolResultBlock | None:
         target = self._results_dir(session_id) / f"{_SAFE_ID.sub('_', tool_use_id)}.json"

@@ -136,3 +136,16 @@ def test_backoff_is_exponential_capped_and_jittered():
     assert [backoff_delay(n) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]
     assert backoff_delay(20) == 32.0 and backoff_delay(20, cap=300) == 300.0
     assert backoff_delay(1, jitter=0.999) == pytest.approx(0.5 * 1.25, rel=1e-2)
+
+
+def test_media_errors_are_withheld_not_retried():
+    d = decide(
+        400,
+        "invalid_request_error",
+        "messages.0.content.1.image.source.base64: image exceeds 5 MB maximum",
+    )
+    assert d.kind == ErrorKind.MEDIA and d.action == Action.FAIL and d.error_type == "MediaError"
+    assert (
+        decide(400, "invalid_request_error", "tools: unknown field").kind
+        == ErrorKind.INVALID_REQUEST
+    )

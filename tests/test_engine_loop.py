@@ -24,6 +24,10 @@ from durable_agent.engine.state import (
 CFG = QueryConfig()
 
 
+def build(*args, **kwargs):
+    return build_request(*args, **kwargs)[0]
+
+
 def out(stop="end_turn", tools=(), withheld=None, model="m", tokens=10):
     return CallModelOutput(
         assistant_uuid="a",
@@ -103,7 +107,7 @@ def test_pause_turn_continues_and_refusal_ends():
     assert refused.terminal == Terminal.MODEL_ERROR and "refusal" in refused.message
 
 
-def test_withheld_prompt_too_long_ends_prompt_too_long():
+def test_withheld_errors_go_to_recovery():
     w = WithheldError(
         kind=ErrorKind.PROMPT_TOO_LONG,
         message="prompt is too long: 5 tokens > 4 maximum",
@@ -111,7 +115,10 @@ def test_withheld_prompt_too_long_ends_prompt_too_long():
         max_tokens=4,
     )
     after = after_model_response(BEFORE, out(stop=None, withheld=w), CFG, "n")
-    assert after.terminal == Terminal.PROMPT_TOO_LONG and "5 tokens > 4" in after.message
+    assert after.withheld == w and after.terminal is None and not after.run_tools
+    assert (
+        after.state.head_uuid == "h" and after.state.pending == BEFORE.pending
+    )  # same request next
 
 
 def entry(uuid, parent, role, *blocks):
@@ -141,23 +148,19 @@ CHAIN = [
 
 
 def test_request_has_caching_on_system_and_last_message():
-    req = build_request(CHAIN[:3], "SYS", ("Read",), ModelRequest(model="m", max_tokens=8000))
+    req = build(CHAIN[:3], "SYS", ("Read",), ModelRequest(model="m", max_tokens=8000))
     assert req["system"] == [
         {"type": "text", "text": "SYS", "cache_control": {"type": "ephemeral"}}
     ]
     assert req["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     assert sum("cache_control" in b for m in req["messages"] for b in m["content"]) == 1
     assert [t["name"] for t in req["tools"]] == ["Read"] and "thinking" not in req
-    plain = build_request(
-        CHAIN[:3], "SYS", (), ModelRequest(model="m", max_tokens=1, prompt_caching=False)
-    )
+    plain = build(CHAIN[:3], "SYS", (), ModelRequest(model="m", max_tokens=1, prompt_caching=False))
     assert "cache_control" not in str(plain)
 
 
 def test_thinking_blocks_pass_back_exactly_but_never_last():
-    req = build_request(
-        CHAIN, "S", (), ModelRequest(model="m", max_tokens=8000, thinking_budget=4000)
-    )
+    req = build(CHAIN, "S", (), ModelRequest(model="m", max_tokens=8000, thinking_budget=4000))
     assert req["thinking"] == {"type": "enabled", "budget_tokens": 4000}
     assert req["messages"][1]["content"][0] == {
         "type": "thinking",
@@ -168,9 +171,9 @@ def test_thinking_blocks_pass_back_exactly_but_never_last():
         "text"
     ]  # trailing thinking dropped
     assert (
-        build_request(
-            CHAIN, "S", (), ModelRequest(model="m", max_tokens=1000, thinking_budget=4000)
-        )["max_tokens"]
+        build(CHAIN, "S", (), ModelRequest(model="m", max_tokens=1000, thinking_budget=4000))[
+            "max_tokens"
+        ]
         > 4000
     )
 
@@ -180,5 +183,5 @@ def test_thinking_is_stripped_without_thinking_or_after_a_fallback():
         ModelRequest(model="m", max_tokens=10),
         ModelRequest(model="m", max_tokens=10, thinking_budget=2000, strip_thinking=True),
     ):
-        built = build_request(CHAIN, "S", (), req)
+        built = build(CHAIN, "S", (), req)
         assert "thinking" not in [b["type"] for m in built["messages"] for b in m["content"]]

@@ -130,10 +130,14 @@ async def test_401_twice_is_a_model_error(ts_env, store, workspace, task_queue):
 
 async def test_prompt_too_long_is_never_retried(ts_env, store, workspace, task_queue):
     turns = [
-        err(400, "invalid_request_error", "prompt is too long: 212345 tokens > 200000 maximum")
+        err(400, "invalid_request_error", "prompt is too long: 212345 tokens > 200000 maximum"),
+        err(400, "invalid_request_error", "the summary request is refused too"),
     ]
     server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
-    assert len(server.requests) == 1 and result.terminal == Terminal.PROMPT_TOO_LONG
+    # The request is not sent again: the next one asks for a summary (reactive compact), and
+    # when that fails the query ends with the parsed error.
+    assert len(server.requests) == 2 and result.terminal == Terminal.PROMPT_TOO_LONG
+    assert "<summary>" in json.dumps(server.requests[1]["messages"][-1])
     assert "212345 tokens > 200000" in result.message
 
 

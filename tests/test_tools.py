@@ -225,3 +225,17 @@ async def test_grep_huge_output_is_truncated(ws):
 async def test_a_missing_workspace_is_an_error_result(tmp_path):
     out = await execute_tool("Read", {"file_path": "a"}, str(tmp_path / "gone"))
     assert out.is_error and "not a directory" in out.content
+
+
+async def test_read_may_open_the_extra_read_roots_only(ws, tmp_path):
+    overflow = tmp_path / "overflow"
+    overflow.mkdir()
+    (overflow / "t1.txt").write_text("whole result")
+    out = await execute_tool("Read", {"file_path": str(overflow / "t1.txt")}, str(ws), (overflow,))
+    assert not out.is_error and "whole result" in out.content
+    denied = await execute_tool(
+        "Write", {"file_path": str(overflow / "t1.txt"), "content": "x"}, str(ws), (overflow,)
+    )
+    assert denied.is_error and (overflow / "t1.txt").read_text() == "whole result"
+    relative = await execute_tool("Read", {"file_path": "../overflow/t1.txt"}, str(ws), (overflow,))
+    assert relative.is_error

@@ -14,6 +14,10 @@ with workflow.unsafe.imports_passed_through():
         AppendEntryOutput,
         CallModelInput,
         CallModelOutput,
+        CompactInput,
+        CompactOutput,
+        PlanCollapseInput,
+        PlanCollapseOutput,
         RunToolInput,
         RunToolOutput,
     )
@@ -70,6 +74,36 @@ def run_tool(
         heartbeat_timeout=timedelta(seconds=cfg.tool_heartbeat_seconds),
         retry_policy=READ_ONLY_TOOL_RETRY if read_only else SIDE_EFFECT_TOOL_RETRY,
         summary=summary,
+    )
+
+
+COMPACT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_attempts=2,
+    non_retryable_error_types=list(NON_RETRYABLE_ERROR_TYPES),
+)
+
+
+def autocompact(req: CompactInput) -> Awaitable[CompactOutput]:
+    """A failed compaction counts towards the circuit breaker; it is retried once at most."""
+    return workflow.execute_activity(
+        "autocompact",
+        req,
+        result_type=CompactOutput,
+        start_to_close_timeout=timedelta(seconds=req.config.model_call_timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=req.config.model_heartbeat_seconds),
+        retry_policy=COMPACT_RETRY,
+        summary=f"{req.trigger} compact ({req.pre_tokens:,} tokens)",
+    )
+
+
+def plan_collapse(req: PlanCollapseInput) -> Awaitable[PlanCollapseOutput]:
+    return workflow.execute_activity(
+        "plan_collapse",
+        req,
+        result_type=PlanCollapseOutput,
+        start_to_close_timeout=STORE_TIMEOUT,
+        retry_policy=STORE_RETRY,
     )
 
 

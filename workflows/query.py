@@ -21,16 +21,32 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
         AppendEntryInput,
         CallModelInput,
+        CompactInput,
+        PlanCollapseInput,
         QueryInput,
         RetryNotice,
         RunToolInput,
         RunToolOutput,
         ToolCall,
+        WithheldError,
     )
     from durable_agent.engine.errors import FALLBACK_TRIGGERED
-    from durable_agent.engine.loop import after_model_response
+    from durable_agent.engine.loop import (
+        PreCall,
+        Recovery,
+        after_compaction,
+        after_model_response,
+        before_model_call,
+        compaction_failed,
+        drain_target,
+        model_request,
+        on_withheld,
+        prompt_tokens,
+        thresholds,
+        with_tool_results,
+        withheld_terminal,
+    )
     from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
-    from durable_agent.engine.request import ModelRequest
     from durable_agent.engine.state import (
         PendingUser,
         ProgressEvent,
@@ -127,6 +143,7 @@ class QueryWorkflow:
             pending=PendingUser(
                 uuid=str(workflow.uuid4()), parent_uuid=inp.parent_uuid, prompt=inp.prompt
             ),
+            context_tokens=inp.context_tokens + prompt_tokens(inp.prompt),
         )
         iterations = 0
         while True:
@@ -142,18 +159,15 @@ class QueryWorkflow:
             iterations += 1
             if self._interrupted:
                 return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
+            prepared = await self._prepare_context(inp, state)
+            if isinstance(prepared, QueryResult):
+                return prepared
+            state = prepared
 
             # call the model
             self._phase = "streaming"
             workflow.set_current_details(f"turn {state.turn_count}: waiting for the model")
-            model = state.model or cfg.model
-            request = ModelRequest(
-                model=model,
-                max_tokens=state.max_tokens_override or cfg.max_output_tokens,
-                thinking_budget=cfg.thinking_budget,
-                strip_thinking=state.model is not None,
-                prompt_caching=cfg.prompt_caching,
-            )
+            request = model_request(state, cfg)
             assistant_uuid = str(workflow.uuid4())
             try:
                 out = await self._guarded(
@@ -166,7 +180,7 @@ class QueryWorkflow:
                             config=cfg,
                             request=request,
                         ),
-                        summary=f"turn {state.turn_count}: {model}",
+                        summary=f"turn {state.turn_count}: {request.model}",
                     )
                 )
             except _Interrupted:
@@ -179,13 +193,20 @@ class QueryWorkflow:
                 ):
                     # Same request (the pending entry is stored idempotently), other model.
                     self._emit(
-                        "status", f"{model} stays overloaded; switching to {cfg.fallback_model}"
+                        "status",
+                        f"{request.model} stays overloaded; switching to {cfg.fallback_model}",
                     )
                     state = state.model_copy(update={"model": cfg.fallback_model})
                     continue
                 return await self._finish(state, Terminal.MODEL_ERROR, _model_error(exc, cfg))
             after = after_model_response(state, out, cfg, str(workflow.uuid4()))
             state = after.state
+            if after.withheld is not None:
+                recovered = await self._recover(inp, state, after.withheld)
+                if isinstance(recovered, QueryResult):
+                    return recovered
+                state = recovered
+                continue
             if out.text:
                 self._emit("text", out.text)
             if after.terminal is not None:
@@ -200,11 +221,11 @@ class QueryWorkflow:
 
             # run the tools
             self._phase = "tools"
-            refs = await self._run_tools(inp, assistant_uuid, out.tool_calls)
+            refs, chars = await self._run_tools(inp, assistant_uuid, out.tool_calls)
             pending = PendingUser(
                 uuid=str(workflow.uuid4()), parent_uuid=assistant_uuid, results=refs
             )
-            state = state.model_copy(update={"pending": pending})
+            state = with_tool_results(state, chars, cfg).model_copy(update={"pending": pending})
             if self._interrupted:
                 return await self._finish(state, Terminal.ABORTED_TOOLS, "interrupted by user")
             if cfg.max_turns is not None and state.turn_count + 1 > cfg.max_turns:
@@ -213,10 +234,106 @@ class QueryWorkflow:
                 )
             state = state.next(Transition.NEXT_TURN, turn_count=state.turn_count + 1)
 
+    async def _prepare_context(self, inp: QueryInput, state: State) -> State | QueryResult:
+        """Before a call: warn near the limit, autocompact over the threshold, or stop at the
+        blocking limit when autocompact is off."""
+        cfg = inp.config
+        action = before_model_call(state, cfg)
+        if action == PreCall.BLOCK:
+            message = (
+                f"the context ({state.context_tokens:,} tokens) reached the blocking limit and "
+                "autocompact is off"
+            )
+            return await self._finish(state, Terminal.BLOCKING_LIMIT, message)
+        if action == PreCall.WARN:
+            window = thresholds(state, cfg).window
+            self._emit("status", f"context is {state.context_tokens:,} of {window:,} tokens")
+            return state.model_copy(update={"warned_context": True})
+        if action == PreCall.AUTOCOMPACT:
+            compacted = await self._compact(inp, state, reactive=False)
+            return compacted if compacted is not None else compaction_failed(state)
+        return state
+
+    async def _compact(self, inp: QueryInput, state: State, reactive: bool) -> State | None:
+        """Summarise into a compact boundary; None when the summary failed."""
+        cfg = inp.config
+        trigger = "reactive" if reactive else "auto"
+        self._phase = "compacting"
+        workflow.set_current_details(f"compacting {state.context_tokens:,} tokens ({trigger})")
+        try:
+            out = await self._guarded(
+                steps.autocompact(
+                    CompactInput(
+                        session_id=inp.session_id,
+                        parent_uuid=state.head_uuid,
+                        pending=state.pending,
+                        config=cfg,
+                        request=model_request(state, cfg),
+                        boundary_uuid=str(workflow.uuid4()),
+                        summary_uuid=str(workflow.uuid4()),
+                        trigger=trigger,
+                        pre_tokens=state.context_tokens,
+                    )
+                )
+            )
+        except ActivityError as exc:
+            self._emit("status", f"{trigger} compact failed: {_error_text(exc)}", is_error=True)
+            return None
+        self._emit(
+            "status",
+            f"compacted the conversation ({trigger}): {out.pre_tokens:,} → {out.post_tokens:,} tokens",
+        )
+        return after_compaction(
+            state,
+            cfg,
+            out.summary_uuid,
+            out.pre_tokens,
+            out.post_tokens,
+            str(workflow.uuid4()),
+            reactive,
+        )
+
+    async def _recover(
+        self, inp: QueryInput, state: State, withheld: WithheldError
+    ) -> State | QueryResult:
+        """prompt too long → drain stale results, then reactive compact; media → drop images.
+        Each at most once per turn; then the error is the answer."""
+        cfg = inp.config
+        recovery = on_withheld(state, withheld, cfg)
+        if recovery == Recovery.DRAIN:
+            planned = await steps.plan_collapse(
+                PlanCollapseInput(
+                    session_id=inp.session_id,
+                    parent_uuid=state.head_uuid,
+                    pending=state.pending,
+                    request=model_request(state, cfg),
+                    target_tokens=drain_target(state, withheld, cfg),
+                )
+            )
+            if planned.tool_use_ids:
+                self._emit("status", f"cleared {len(planned.tool_use_ids)} large old tool results")
+                return state.next(
+                    Transition.COLLAPSE_DRAIN_RETRY,
+                    collapse_drained=True,
+                    collapsed_ids=(*state.collapsed_ids, *planned.tool_use_ids),
+                )
+            state = state.model_copy(update={"collapse_drained": True})
+            recovery = on_withheld(state, withheld, cfg)
+        if recovery == Recovery.REACTIVE_COMPACT:
+            compacted = await self._compact(inp, state, reactive=True)
+            if compacted is not None:
+                return compacted
+            state = state.model_copy(update={"has_attempted_reactive_compact": True})
+        if recovery == Recovery.STRIP_IMAGES:
+            self._emit("status", "the request's images were too large; retrying without them")
+            return state.next(Transition.REACTIVE_COMPACT_RETRY, strip_images=True)
+        return await self._finish(state, withheld_terminal(withheld), withheld.message)
+
     async def _run_tools(
         self, inp: QueryInput, assistant_uuid: str, calls: list[ToolCall]
-    ) -> list[ToolResultRef]:
-        """Batches from partition_tool_calls; results in request order whatever finishes first."""
+    ) -> tuple[list[ToolResultRef], list[int]]:
+        """Batches from partition_tool_calls; results in request order whatever finishes first.
+        Also returns the size of each result, for the context estimate."""
         cfg = inp.config
         by_id = {c.id: c for c in calls}
         blocks = [ToolUseBlock(id=c.id, name=c.name) for c in calls]
@@ -271,7 +388,7 @@ class QueryWorkflow:
             self._emit("tool_result", f"{call.summary} → {text}", is_error=True)
             inline = ToolResultBlock(tool_use_id=call.id, content=text, is_error=True)
             refs.append(ToolResultRef(tool_use_id=call.id, inline=inline))
-        return refs
+        return refs, [o.content_chars for o in outputs.values()]
 
     async def _finish(
         self, state: State, terminal: Terminal, message: str, final_text: str = ""
@@ -300,6 +417,8 @@ class QueryWorkflow:
             final_text=final_text,
             transitions=list(state.transitions),
             query_workflow_id=workflow.info().workflow_id,
+            compactions=state.compactions,
+            context_tokens=state.context_tokens,
             model=state.model or self._model,
             fallback_used=state.model is not None,
             usage_by_model=state.usage_by_model,

@@ -43,6 +43,7 @@ class SessionWorkflow:
         self._last_error: str | None = None
         self._closed = False
         self._transcript_path = ""
+        self._context_tokens = inp.context_tokens
 
     @workflow.update
     def submit_prompt(self, req: PromptRequest) -> PromptAccepted:
@@ -129,6 +130,7 @@ class SessionWorkflow:
                         initial_max_turns=self._pending.max_turns,
                         close_when_idle=inp.close_when_idle,
                         queries=self._queries,
+                        context_tokens=self._context_tokens,
                     )
                 )
             runs_here += 1
@@ -149,6 +151,7 @@ class SessionWorkflow:
                 prompt=req.prompt,
                 parent_uuid=self._head,
                 config=config,
+                context_tokens=self._context_tokens,
             ),
             id=child_id,
             static_summary=req.prompt[:200],
@@ -166,5 +169,6 @@ class SessionWorkflow:
             self._last = result
             self._last_error = None
             self._head = result.head_uuid
+            self._context_tokens = result.context_tokens
         finally:
             self._running = None

@@ -25,13 +25,22 @@ class Workspace:
     """The directory tools are confined to; every path goes through `resolve`."""
 
     root: Path
+    read_roots: tuple[Path, ...] = ()
+    """Extra folders Read may open (where whole oversized tool results are kept)."""
 
     @classmethod
-    def open(cls, raw: str) -> Workspace:
+    def open(cls, raw: str, read_roots: tuple[Path, ...] = ()) -> Workspace:
         root = Path(raw).expanduser().resolve()
         if not root.is_dir():
             raise ToolError(f"workspace {raw} is not a directory")
-        return cls(root)
+        return cls(root, tuple(Path(os.path.realpath(r)) for r in read_roots))
+
+    def resolve_readable(self, raw: str) -> Path:
+        """Like `resolve`, but also inside the extra read-only roots."""
+        candidate = Path(os.path.realpath(Path(raw).expanduser()))
+        if Path(raw).is_absolute() and any(candidate.is_relative_to(r) for r in self.read_roots):
+            return candidate
+        return self.resolve(raw)
 
     def resolve(self, raw: str) -> Path:
         """Absolute path inside the workspace; `..` or symlinks that leave it are refused."""

@@ -11,7 +11,7 @@ MAX_READ_CHARS = 100_000
 
 
 async def run_read(args: ReadInput, ws: Workspace) -> ToolOutput:
-    path = ws.resolve(args.file_path)
+    path = ws.resolve_readable(args.file_path)
     if not path.exists():
         raise ToolError(f"File does not exist: {ws.display(path)}")
     if path.is_dir():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,7 +43,9 @@ def _validation_message(name: str, exc: ValidationError) -> str:
     return f"InputValidationError: {name} input is invalid: {problems}"
 
 
-async def execute_tool(name: str, raw_input: dict[str, Any], workspace: str) -> ToolOutput:
+async def execute_tool(
+    name: str, raw_input: dict[str, Any], workspace: str, read_roots: tuple[Path, ...] = ()
+) -> ToolOutput:
     """Run one tool; every failure becomes an error output, never an exception."""
     spec = TOOL_SPECS.get(name)
     impl = TOOL_IMPLS.get(name)
@@ -53,7 +56,7 @@ async def execute_tool(name: str, raw_input: dict[str, Any], workspace: str) -> 
     except ValidationError as exc:
         return ToolOutput(_validation_message(name, exc), is_error=True)
     try:
-        return await impl(args, Workspace.open(workspace))
+        return await impl(args, Workspace.open(workspace, read_roots))
     except ToolError as exc:
         return ToolOutput(str(exc), is_error=True)
     except asyncio.CancelledError:
@@ -91,7 +94,12 @@ class ToolActivities:
             output = ToolOutput(f"tool call could not be loaded: {exc}", is_error=True)
         else:
             async with heartbeating():
-                output = await execute_tool(block.name, block.input, req.workspace)
+                output = await execute_tool(
+                    block.name,
+                    block.input,
+                    req.workspace,
+                    (self.store.overflow_dir(req.session_id),),
+                )
         result = ToolResultBlock(
             tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
         )
@@ -100,4 +108,5 @@ class ToolActivities:
             tool_use_id=req.tool_use_id,
             is_error=output.is_error,
             preview=preview(req.name, output.content),
+            content_chars=len(output.content),
         )

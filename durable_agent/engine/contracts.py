@@ -75,6 +75,7 @@ class RunToolOutput(BaseModel):
     is_error: bool
     preview: str
     """First line(s) of the result for display; the whole result is in the store."""
+    content_chars: int = 0
 
 
 class AppendEntryInput(BaseModel):
@@ -94,6 +95,39 @@ class QueryInput(BaseModel):
     parent_uuid: str | None
     config: QueryConfig
     state: State | None = None
+    context_tokens: int = 0
+    """The conversation's size before this prompt (from the previous prompt's result)."""
+
+
+class CompactInput(BaseModel):
+    session_id: str
+    parent_uuid: str | None
+    pending: PendingUser | None
+    config: QueryConfig
+    request: ModelRequest
+    boundary_uuid: str
+    summary_uuid: str
+    trigger: str
+    pre_tokens: int
+
+
+class CompactOutput(BaseModel):
+    summary_uuid: str
+    pre_tokens: int
+    post_tokens: int
+    summary_chars: int
+
+
+class PlanCollapseInput(BaseModel):
+    session_id: str
+    parent_uuid: str | None
+    pending: PendingUser | None
+    request: ModelRequest
+    target_tokens: int
+
+
+class PlanCollapseOutput(BaseModel):
+    tool_use_ids: list[str]
 
 
 class SessionInput(BaseModel):
@@ -105,6 +139,7 @@ class SessionInput(BaseModel):
     close_when_idle: bool = False
     """End the session after the initial prompt (headless `run`)."""
     queries: int = 0
+    context_tokens: int = 0
 
 
 class PromptRequest(BaseModel):

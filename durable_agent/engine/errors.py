@@ -26,6 +26,7 @@ class ErrorKind(StrEnum):
     AUTHENTICATION = "AuthenticationError"
     PERMISSION = "PermissionDenied"
     PROMPT_TOO_LONG = "PromptTooLong"
+    MEDIA = "MediaError"
     INVALID_REQUEST = "InvalidRequest"
     NOT_FOUND = "NotFound"
     UNKNOWN = "UnknownModelError"
@@ -51,6 +52,7 @@ FALLBACK_TRIGGERED = "FallbackTriggered"
 GAVE_UP = "RetriesExhausted"
 NON_RETRYABLE_ERROR_TYPES: tuple[str, ...] = (
     ErrorKind.PROMPT_TOO_LONG.value,
+    ErrorKind.MEDIA.value,
     ErrorKind.INVALID_REQUEST.value,
     ErrorKind.NOT_FOUND.value,
     FALLBACK_TRIGGERED,
@@ -71,6 +73,11 @@ FOREGROUND_529_SOURCES = frozenset(
 )  # fmt: skip
 
 _PTL = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)", re.IGNORECASE)
+_MEDIA = re.compile(
+    r"(image|media|pdf|document)\b.*\b(too large|exceeds?|maximum|dimensions|size)", re.IGNORECASE
+)
+WITHHELD_KINDS = frozenset({"PromptTooLong", "MediaError"})
+"""Failures the loop may recover from: returned to the workflow, never raised or retried."""
 _TYPE_KIND = {
     "overloaded_error": ErrorKind.OVERLOADED,
     "rate_limit_error": ErrorKind.RATE_LIMITED,
@@ -187,6 +194,8 @@ def kind_of(failure: ApiFailure) -> ErrorKind:
     """The body's `error.type` wins over the status (an `error` event arrives with status 200)."""
     if _PTL.search(failure.message) or failure.status == 413:
         return ErrorKind.PROMPT_TOO_LONG
+    if failure.status == 400 and _MEDIA.search(failure.message):
+        return ErrorKind.MEDIA
     by_type = _TYPE_KIND.get(failure.error_type or "")
     if by_type is not None:
         return by_type
@@ -232,7 +241,7 @@ def classify(failure: ApiFailure, ctx: RetryContext) -> ErrorDecision:
 
 
 def _action(kind: ErrorKind, failure: ApiFailure, ctx: RetryContext) -> tuple[Action, str]:
-    if kind == ErrorKind.PROMPT_TOO_LONG:
+    if kind in (ErrorKind.PROMPT_TOO_LONG, ErrorKind.MEDIA):
         return Action.FAIL, ""
     should_retry = {k.lower(): v for k, v in failure.headers.items()}.get("x-should-retry", "")
     if should_retry.lower() == "false":

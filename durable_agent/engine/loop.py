@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import BaseModel
 
-from durable_agent.engine.contracts import CallModelOutput
+from durable_agent.engine.context import (
+    MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES,
+    TaskBudget,
+    Thresholds,
+    context_window_for,
+    estimate_text_tokens,
+    task_budget_after_compaction,
+    usage_context_tokens,
+)
+from durable_agent.engine.contracts import CallModelOutput, WithheldError
 from durable_agent.engine.errors import ErrorKind
 from durable_agent.engine.messages import Usage
+from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import (
     ESCALATED_MAX_OUTPUT_TOKENS,
     MAX_OUTPUT_TOKENS_RECOVERIES,
     OUTPUT_RECOVERY_MESSAGE,
+    CompactTracking,
     PendingUser,
     QueryConfig,
     State,
@@ -20,12 +33,14 @@ from durable_agent.engine.state import (
 
 
 class AfterModel(BaseModel):
-    """Exactly one of: run the tools, continue with `state`, or end with `terminal`."""
+    """Exactly one of: run the tools, recover from `withheld`, continue with `state`, or end
+    with `terminal`."""
 
     state: State
     run_tools: bool = False
     terminal: Terminal | None = None
     message: str = ""
+    withheld: WithheldError | None = None
 
 
 def record_usage(state: State, out: CallModelOutput) -> State:
@@ -40,13 +55,14 @@ def after_model_response(
     """`before` is the state the call was made with; `new_uuid` names a user entry if one is needed."""
     state = record_usage(before, out)
     if out.withheld is not None:
-        terminal = (
-            Terminal.PROMPT_TOO_LONG
-            if out.withheld.kind == ErrorKind.PROMPT_TOO_LONG
-            else Terminal.MODEL_ERROR
-        )
-        return AfterModel(state=state, terminal=terminal, message=out.withheld.message)
-    answered = state.model_copy(update={"head_uuid": out.assistant_uuid, "pending": None})
+        return AfterModel(state=state, withheld=out.withheld)
+    answered = state.model_copy(
+        update={
+            "head_uuid": out.assistant_uuid,
+            "pending": None,
+            "context_tokens": usage_context_tokens(out.usage),
+        }
+    )
     if out.tool_calls:
         return AfterModel(state=answered, run_tools=True)
     if out.stop_reason == "max_tokens":
@@ -92,4 +108,143 @@ def _output_limit(
         terminal=Terminal.MODEL_ERROR,
         message=f"the output token limit was hit again after {MAX_OUTPUT_TOKENS_RECOVERIES} "
         "recovery attempts; the answer is incomplete",
+    )
+
+
+# --- context: before each call, and recovery from withheld errors -------------------------
+
+
+class PreCall(StrEnum):
+    PROCEED = "proceed"
+    WARN = "warn"
+    AUTOCOMPACT = "autocompact"
+    BLOCK = "block"
+
+
+def thresholds(state: State, cfg: QueryConfig) -> Thresholds:
+    return Thresholds.for_window(context_window_for(state.model or cfg.model, cfg.context_window))
+
+
+def autocompact_enabled(state: State, cfg: QueryConfig) -> bool:
+    """Off by config, or for the rest of the query once the circuit breaker tripped."""
+    return cfg.autocompact and (
+        state.compaction.consecutive_failures < MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+    )
+
+
+def before_model_call(state: State, cfg: QueryConfig) -> PreCall:
+    th = thresholds(state, cfg)
+    tokens = state.context_tokens
+    if autocompact_enabled(state, cfg):
+        if tokens >= th.autocompact:
+            return PreCall.AUTOCOMPACT
+    elif tokens >= th.blocking:
+        return PreCall.BLOCK
+    if tokens >= th.warning and not state.warned_context:
+        return PreCall.WARN
+    return PreCall.PROCEED
+
+
+def model_request(state: State, cfg: QueryConfig) -> ModelRequest:
+    """The request options for the next call, from config and what the loop went through."""
+    model = state.model or cfg.model
+    window = context_window_for(model, cfg.context_window)
+    above = (
+        cfg.microcompact_above_tokens if cfg.microcompact_above_tokens is not None else window // 2
+    )
+    task = None
+    if cfg.task_budget is not None and state.task_budget_remaining is not None:
+        task = TaskBudget(total=cfg.task_budget, remaining=state.task_budget_remaining)
+    return ModelRequest(
+        model=model,
+        max_tokens=state.max_tokens_override or cfg.max_output_tokens,
+        thinking_budget=cfg.thinking_budget,
+        strip_thinking=state.model is not None,
+        prompt_caching=cfg.prompt_caching,
+        result_budget_tokens=cfg.tool_result_budget_tokens,
+        message_budget_tokens=cfg.message_result_budget_tokens,
+        snip_keep_turns=cfg.snip_keep_turns,
+        microcompact_keep=cfg.microcompact_keep_recent if state.context_tokens >= above else None,
+        collapsed_ids=list(state.collapsed_ids),
+        strip_images=state.strip_images,
+        task_budget=task,
+    )
+
+
+def with_tool_results(state: State, result_chars: list[int], cfg: QueryConfig) -> State:
+    """The context grows by the new tool results (each at most its budget)."""
+    cap = cfg.tool_result_budget_tokens
+    added = sum(min((c + 3) // 4, cap) for c in result_chars)
+    return state.model_copy(update={"context_tokens": state.context_tokens + added})
+
+
+def prompt_tokens(prompt: str) -> int:
+    return estimate_text_tokens(prompt)
+
+
+class Recovery(StrEnum):
+    DRAIN = "drain"
+    """Clear the largest stale tool results from the view (collapse_drain_retry)."""
+    REACTIVE_COMPACT = "reactive_compact"
+    STRIP_IMAGES = "strip_images"
+    FAIL = "fail"
+
+
+def on_withheld(state: State, withheld: WithheldError, cfg: QueryConfig) -> Recovery:
+    """Each recovery at most once per turn; then the error is the answer."""
+    if withheld.kind == ErrorKind.MEDIA:
+        return Recovery.FAIL if state.strip_images else Recovery.STRIP_IMAGES
+    if not state.collapse_drained:
+        return Recovery.DRAIN
+    if not state.has_attempted_reactive_compact:
+        return Recovery.REACTIVE_COMPACT
+    return Recovery.FAIL
+
+
+def withheld_terminal(withheld: WithheldError) -> Terminal:
+    return Terminal.IMAGE_ERROR if withheld.kind == ErrorKind.MEDIA else Terminal.PROMPT_TOO_LONG
+
+
+def drain_target(state: State, withheld: WithheldError, cfg: QueryConfig) -> int:
+    """Aim under the limit the error named (or the autocompact threshold) with room to answer."""
+    limit = withheld.max_tokens or thresholds(state, cfg).effective
+    return max(1_000, limit - cfg.max_output_tokens - 13_000)
+
+
+def after_compaction(
+    state: State,
+    cfg: QueryConfig,
+    summary_uuid: str,
+    pre_tokens: int,
+    post_tokens: int,
+    turn_id: str,
+    reactive: bool,
+) -> State:
+    """Continue from the summary: tracking reset, views reset, the task budget charged."""
+    remaining = state.task_budget_remaining
+    if cfg.task_budget is not None:
+        remaining = task_budget_after_compaction(cfg.task_budget, remaining, pre_tokens)
+    update: dict[str, object] = {
+        "head_uuid": summary_uuid,
+        "pending": None,
+        "context_tokens": post_tokens,
+        "compaction": CompactTracking(compacted=True, turn_id=turn_id),
+        "compactions": state.compactions + 1,
+        "collapsed_ids": (),
+        "task_budget_remaining": remaining,
+        "warned_context": False,
+    }
+    if reactive:
+        return state.next(
+            Transition.REACTIVE_COMPACT_RETRY, has_attempted_reactive_compact=True, **update
+        )
+    return state.model_copy(update=update)
+
+
+def compaction_failed(state: State) -> State:
+    failures = state.compaction.consecutive_failures + 1
+    return state.model_copy(
+        update={
+            "compaction": state.compaction.model_copy(update={"consecutive_failures": failures})
+        }
     )

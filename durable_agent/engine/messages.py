@@ -90,23 +90,40 @@ class Usage(BaseModel):
         )
 
 
+class CompactMetadata(BaseModel):
+    trigger: Literal["auto", "reactive", "manual"]
+    pre_tokens: int
+
+
 class TranscriptEntry(BaseModel):
-    """One line of a session's JSONL transcript; `parentUuid` links it to the one before."""
+    """One line of a session's JSONL transcript; `parentUuid` links it to the one before.
+
+    A `system` entry with subtype `compact_boundary` ends the view a request is built from: the
+    model sees only what follows it (the summary and after); the file keeps everything."""
 
     model_config = ConfigDict(populate_by_name=True)
 
     uuid: str
     parent_uuid: str | None = Field(default=None, alias="parentUuid")
-    type: Literal["user", "assistant"]
-    message: Message
+    type: Literal["user", "assistant", "system"]
+    message: Message | None = None
     timestamp: str = ""
     session_id: str = Field(default="", alias="sessionId")
+    subtype: str | None = None
+    compact_metadata: CompactMetadata | None = Field(default=None, alias="compactMetadata")
+    is_compact_summary: bool = Field(default=False, alias="isCompactSummary")
+
+    @property
+    def is_compact_boundary(self) -> bool:
+        return self.type == "system" and self.subtype == "compact_boundary"
 
 
 def to_api_messages(chain: list[TranscriptEntry]) -> list[dict[str, Any]]:
     """The request's `messages` for a transcript chain: consecutive same-role entries merged."""
     out: list[dict[str, Any]] = []
     for entry in chain:
+        if entry.message is None:
+            continue
         blocks = [b.model_dump(exclude_none=True) for b in entry.message.content]
         if out and out[-1]["role"] == entry.message.role:
             out[-1]["content"].extend(blocks)

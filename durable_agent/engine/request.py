@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from durable_agent.engine.context import (
+    TaskBudget,
+    apply_tool_result_budget,
+    collapse,
+    microcompact,
+    snip,
+    strip_images,
+)
 from durable_agent.engine.messages import TranscriptEntry, to_api_messages
 from durable_agent.engine.tools import TOOL_SPECS
 
@@ -13,6 +22,9 @@ THINKING_TYPES = ("thinking", "redacted_thinking")
 CACHE_CONTROL = {"type": "ephemeral"}
 THINKING_HEADROOM = 1024
 """max_tokens must exceed the thinking budget; this much room is left for the answer at least."""
+
+
+TASK_BUDGET_BETA = "task-budgets-2026-03-13"
 
 
 class ModelRequest(BaseModel):
@@ -24,15 +36,46 @@ class ModelRequest(BaseModel):
     strip_thinking: bool = False
     """Drop earlier thinking blocks: after a fallback their signatures cannot be verified."""
     prompt_caching: bool = True
+    result_budget_tokens: int = 25_000
+    message_budget_tokens: int = 50_000
+    snip_keep_turns: int | None = None
+    microcompact_keep: int | None = None
+    """Clear all but the newest N compactable tool results (None: not this call)."""
+    collapsed_ids: list[str] = Field(default_factory=list)
+    strip_images: bool = False
+    task_budget: TaskBudget | None = None
 
 
-def build_request(
-    chain: list[TranscriptEntry], system: str, tools: tuple[str, ...], req: ModelRequest
-) -> dict[str, Any]:
+def request_messages(
+    chain: list[TranscriptEntry], req: ModelRequest, overflow_path: Callable[[str], str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The request view of a chain, in the strict order: budget → snip → microcompact →
+    collapse. Returns the messages and the ids of results replaced by an overflow preview."""
     messages = to_api_messages(chain)
     keep_thinking = req.thinking_budget is not None and not req.strip_thinking
     messages = [_clean(m, keep_thinking) for m in messages]
     messages = [m for m in messages if m["content"]]
+    messages, overflowed = apply_tool_result_budget(
+        messages, req.result_budget_tokens, req.message_budget_tokens, overflow_path
+    )
+    if req.snip_keep_turns is not None:
+        messages = snip(messages, req.snip_keep_turns)
+    if req.microcompact_keep is not None:
+        messages = microcompact(messages, req.microcompact_keep)
+    messages = collapse(messages, req.collapsed_ids)
+    if req.strip_images:
+        messages = strip_images(messages)
+    return messages, overflowed
+
+
+def build_request(
+    chain: list[TranscriptEntry],
+    system: str,
+    tools: tuple[str, ...],
+    req: ModelRequest,
+    overflow_path: Callable[[str], str] = lambda tool_use_id: tool_use_id,
+) -> tuple[dict[str, Any], list[str]]:
+    messages, overflowed = request_messages(chain, req, overflow_path)
     system_block: dict[str, Any] = {"type": "text", "text": system}
     if req.prompt_caching:
         system_block["cache_control"] = CACHE_CONTROL
@@ -47,7 +90,11 @@ def build_request(
     if req.thinking_budget is not None:
         request["thinking"] = {"type": "enabled", "budget_tokens": req.thinking_budget}
         request["max_tokens"] = max(req.max_tokens, req.thinking_budget + THINKING_HEADROOM)
-    return request
+    if req.task_budget is not None:
+        budget = {"type": "tokens", **req.task_budget.model_dump()}
+        request["extra_headers"] = {"anthropic-beta": TASK_BUDGET_BETA}
+        request["extra_body"] = {"output_config": {"task_budget": budget}}
+    return request, overflowed
 
 
 def _clean(message: dict[str, Any], keep_thinking: bool) -> dict[str, Any]:

@@ -85,6 +85,24 @@ class QueryConfig(BaseModel):
     """cache_control on the system prompt and the last message."""
     max_attempts: int = Field(default=10, ge=1)
     """Attempts of one model call outside unattended 429/529 handling."""
+    context_window: int | None = Field(default=None, ge=50_000)
+    """Context window in tokens (default: 200k, or 1M for a model id ending in `[1m]`)."""
+    autocompact: bool = True
+    """Summarise the conversation when it nears the window; off: stop at `blocking_limit`."""
+    tool_result_budget_tokens: int = Field(default=25_000, ge=1_000)
+    """A larger tool result is shown to the model as a preview plus the path of the whole."""
+    message_result_budget_tokens: int = Field(default=50_000, ge=1_000)
+    """The same, for all tool results of one message together."""
+    snip_keep_turns: int | None = Field(default=None, ge=1)
+    """Keep only this many recent turns in the request (after the first prompt); None: off."""
+    microcompact_keep_recent: int = Field(default=10, ge=0)
+    """Results of compactable tools older than the newest N are cleared from the request..."""
+    microcompact_above_tokens: int | None = None
+    """...once the context is above this many tokens (default: half the window)."""
+    task_budget: int | None = Field(default=None, ge=1)
+    """Total task budget (API `output_config.task_budget`); `remaining` is sent after a compaction."""
+    compact_max_tokens: int = Field(default=16_000, ge=1_000)
+    """Output cap of a summary (it must fit the 20k summary reserve)."""
     iterations_per_run: int = Field(default=DEFAULT_ITERATIONS_PER_RUN, ge=1)
     """Continue-as-new after this many loop iterations in one workflow run."""
     model_heartbeat_seconds: float = 30.0
@@ -113,6 +131,15 @@ class PendingUser(BaseModel):
     results: list[ToolResultRef] = Field(default_factory=list)
 
 
+class CompactTracking(BaseModel):
+    """Autocompact bookkeeping (reset after every compaction)."""
+
+    compacted: bool = False
+    turn_id: str | None = None
+    turn_counter: int = 0
+    consecutive_failures: int = 0
+
+
 class State(BaseModel):
     """Everything carried from one loop iteration to the next (and across continue-as-new)."""
 
@@ -132,16 +159,33 @@ class State(BaseModel):
     usage_by_model: dict[str, Usage] = Field(default_factory=dict)
     retries: dict[str, int] = Field(default_factory=dict)
     """Failed model-call attempts that Temporal retried, by error type."""
+    context_tokens: int = 0
+    """Tokens the next request is expected to hold (last usage plus new content)."""
+    compaction: CompactTracking = CompactTracking()
+    compactions: int = 0
+    has_attempted_reactive_compact: bool = False
+    """Once per turn; survives a stop_hook_blocking continue so compaction cannot loop."""
+    collapse_drained: bool = False
+    collapsed_ids: tuple[str, ...] = ()
+    strip_images: bool = False
+    task_budget_remaining: int | None = None
+    warned_context: bool = False
 
     def next(self, transition: Transition, **changes: object) -> State:
-        """A new State for a `continue`, recording why."""
-        return self.model_copy(
-            update={
-                "transition": transition,
-                "transitions": (*self.transitions, transition),
-                **changes,
-            }
-        )
+        """A new State for a `continue`, recording why. A new turn resets the once-per-turn
+        recovery flags; every other continue keeps them."""
+        update: dict[str, object] = {
+            "transition": transition,
+            "transitions": (*self.transitions, transition),
+        }
+        if transition == Transition.NEXT_TURN:
+            update["has_attempted_reactive_compact"] = False
+            update["collapse_drained"] = False
+            if self.compaction.compacted:
+                update["compaction"] = self.compaction.model_copy(
+                    update={"turn_counter": self.compaction.turn_counter + 1}
+                )
+        return self.model_copy(update={**update, **changes})
 
 
 class ProgressEvent(BaseModel):
@@ -168,3 +212,5 @@ class QueryResult(BaseModel):
     fallback_used: bool = False
     usage_by_model: dict[str, Usage] = Field(default_factory=dict)
     retries: dict[str, int] = Field(default_factory=dict)
+    compactions: int = 0
+    context_tokens: int = 0

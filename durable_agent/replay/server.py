@@ -131,6 +131,9 @@ class ReplayServer(LoopbackServer):
                             status=400, type="invalid_request_error", message="body is not JSON"
                         )
                     )
+                if self.path.split("?")[0].endswith("/v1/messages/count_tokens"):
+                    tokens = (len(json.dumps(body.get("messages", []))) + 3) // 4
+                    return self._json(200, {"input_tokens": tokens})
                 if not self.path.split("?")[0].endswith("/v1/messages"):
                     return self._error(
                         ErrorReply(

@@ -1,0 +1,200 @@
+"""autocompact / reactive compact: the model summarises the conversation; the store gets a
+compact boundary and the summary, and the loop goes on from there."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anthropic
+import httpx2
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.model import ModelActivities, StreamIncomplete, system_prompt
+from activities.transcript import append_pending
+from durable_agent.engine.context import (
+    drop_oldest,
+    estimate_messages_tokens,
+    plan_collapse,
+)
+from durable_agent.engine.contracts import (
+    CallModelInput,
+    CompactInput,
+    CompactOutput,
+    PlanCollapseInput,
+    PlanCollapseOutput,
+)
+from durable_agent.engine.errors import ErrorKind, RetryTrack
+from durable_agent.engine.messages import (
+    CompactMetadata,
+    Message,
+    TextBlock,
+    TranscriptEntry,
+)
+from durable_agent.engine.request import ModelRequest, build_request, request_messages
+
+SUMMARY_PROMPT = """The conversation above is about to be replaced by a summary, because the \
+context window is nearly full. Write that summary now: detailed enough that you can continue the \
+work from it alone, without the earlier messages. Do not call any tools.
+
+Use exactly these sections:
+1. Request and intent: everything the user asked for, in their words where it matters.
+2. Key concepts: technologies, conventions and decisions that shape the work.
+3. Files and code: each file read, changed or created, why it matters, and the important code.
+4. Errors and fixes: what went wrong and how it was solved (or not yet).
+5. Pending tasks: what was asked and is not done.
+6. Current work: precisely what was being done just before this summary.
+7. Next step: the very next action, in line with the user's latest request.
+
+Write the summary inside <summary></summary> tags."""
+
+CONTINUATION = """This session continues from an earlier conversation that ran out of context. \
+The summary below covers the earlier part of it.
+
+{summary}
+
+Continue the work from where it stopped. Do not ask the user further questions unless the \
+summary says you were waiting for an answer."""
+
+MAX_SUMMARY_SHRINKS = 3
+_SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL)
+
+
+def with_instruction(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    block = {"type": "text", "text": text}
+    if messages and messages[-1]["role"] == "user":
+        return [*messages[:-1], {**messages[-1], "content": [*messages[-1]["content"], block]}]
+    return [*messages, {"role": "user", "content": [block]}]
+
+
+def extract_summary(text: str) -> str:
+    match = _SUMMARY.search(text)
+    return (match.group(1) if match else text).strip()
+
+
+class CompactionActivities:
+    """Summaries use the model activity's client, credentials and error classification."""
+
+    def __init__(self, model: ModelActivities) -> None:
+        self.model = model
+        self.store = model.store
+
+    @activity.defn(name="autocompact")
+    async def autocompact(self, req: CompactInput) -> CompactOutput:
+        parent = req.parent_uuid
+        if req.pending is not None:
+            parent = append_pending(self.store, req.session_id, req.pending).uuid
+        chain = self.store.chain(req.session_id, parent, since_boundary=True)
+        view = req.request.model_copy(
+            update={"microcompact_keep": req.config.microcompact_keep_recent, "task_budget": None}
+        )
+        messages, overflowed = request_messages(chain, view, self._overflow(req.session_id))
+        self.store.write_overflow(req.session_id, chain, overflowed)
+        summary = await self._summarise(messages, req)
+        boundary = TranscriptEntry(
+            uuid=req.boundary_uuid,
+            parentUuid=parent,
+            type="system",
+            subtype="compact_boundary",
+            compactMetadata=CompactMetadata(trigger=req.trigger, pre_tokens=req.pre_tokens),
+        )
+        self.store.append_entry(req.session_id, boundary)
+        text = CONTINUATION.format(summary=summary)
+        entry = self.store.append(
+            req.session_id,
+            req.summary_uuid,
+            req.boundary_uuid,
+            Message(role="user", content=[TextBlock(text=text)]),
+            isCompactSummary=True,
+        )
+        post = await self._count_tokens([entry], req)
+        return CompactOutput(
+            summary_uuid=req.summary_uuid,
+            pre_tokens=req.pre_tokens,
+            post_tokens=post,
+            summary_chars=len(summary),
+        )
+
+    def _overflow(self, session_id: str) -> Any:
+        return lambda tool_use_id: str(self.store.overflow_path(session_id, tool_use_id))
+
+    async def _summarise(self, messages: list[dict[str, Any]], req: CompactInput) -> str:
+        for _ in range(MAX_SUMMARY_SHRINKS + 1):
+            body = {
+                "model": req.request.model,
+                "max_tokens": req.config.compact_max_tokens,
+                "system": system_prompt(req.config),
+                "messages": with_instruction(messages, SUMMARY_PROMPT),
+                "tools": build_request([], "", req.config.tools, req.request)[0]["tools"],
+                "tool_choice": {"type": "none"},
+            }
+            try:
+                text = await self._stream_text(body)
+            except (anthropic.APIError, httpx2.HTTPError, OSError, StreamIncomplete) as exc:
+                decision = self.model._decide(exc, _compact_call(req), _track())
+                if decision.kind == ErrorKind.PROMPT_TOO_LONG:
+                    messages = drop_oldest(messages)
+                    if messages:
+                        continue
+                    raise ApplicationError(
+                        "the conversation is too long to summarise", type="PromptTooLong",
+                        non_retryable=True,
+                    ) from exc  # fmt: skip
+                raise ApplicationError(
+                    f"summary failed: {decision.message}", type=decision.error_type,
+                    non_retryable=not decision.retryable,
+                ) from exc  # fmt: skip
+            summary = extract_summary(text)
+            if summary:
+                return summary
+            raise ApplicationError("the model returned an empty summary", type="EmptySummary")
+        raise ApplicationError(
+            "the conversation is too long to summarise", type="PromptTooLong", non_retryable=True
+        )
+
+    async def _stream_text(self, body: dict[str, Any]) -> str:
+        async with self.model.client().messages.stream(**body) as stream:
+            async for event in stream:
+                activity.heartbeat()
+                if event.type == "message_stop":
+                    break
+            final = await stream.get_final_message()
+        return "".join(b.text for b in final.content if b.type == "text")
+
+    async def _count_tokens(self, chain: list[TranscriptEntry], req: CompactInput) -> int:
+        """An exact figure where it matters: the size the loop continues from."""
+        plain = ModelRequest(model=req.request.model, max_tokens=1, prompt_caching=False)
+        body, _ = build_request(chain, system_prompt(req.config), req.config.tools, plain)
+        try:
+            counted = await self.model.client().messages.count_tokens(
+                model=body["model"],
+                system=body["system"],
+                messages=body["messages"],
+                tools=body["tools"],
+            )
+            return int(counted.input_tokens)
+        except (anthropic.APIError, httpx2.HTTPError, OSError):
+            return estimate_messages_tokens(body["messages"]) + 2_000
+
+    @activity.defn(name="plan_collapse")
+    async def plan_collapse(self, req: PlanCollapseInput) -> PlanCollapseOutput:
+        parent = req.parent_uuid
+        if req.pending is not None:
+            parent = append_pending(self.store, req.session_id, req.pending).uuid
+        chain = self.store.chain(req.session_id, parent, since_boundary=True)
+        messages, _ = request_messages(chain, req.request, self._overflow(req.session_id))
+        return PlanCollapseOutput(tool_use_ids=plan_collapse(messages, req.target_tokens, []))
+
+
+def _compact_call(req: CompactInput) -> CallModelInput:
+    config = req.config.model_copy(update={"query_source": "compact"})
+    return CallModelInput(
+        session_id=req.session_id, parent_uuid=req.parent_uuid, assistant_uuid=req.summary_uuid,
+        config=config, request=req.request,
+    )  # fmt: skip
+
+
+def _track() -> RetryTrack:
+    details = activity.info().heartbeat_details
+    return RetryTrack.model_validate(details[0]) if details else RetryTrack()
