@@ -1,0 +1,197 @@
+"""Compaction end to end: the replay server, the real client and activities, Temporal."""
+
+import json
+
+from durable_agent.engine.context import CLEARED_MARKER
+from durable_agent.engine.state import Terminal, Transition
+from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
+from tests.helpers import run_session
+
+SUMMARY = "<summary>1. Request and intent: list files. 7. Next step: finish.</summary>"
+
+
+def is_summary_request(body):
+    return "<summary></summary> tags" in json.dumps(body["messages"][-1])
+
+
+def ptl(tokens=250_000, limit=200_000):
+    message = f"prompt is too long: {tokens} tokens > {limit} maximum"
+    return Turn(error=ErrorReply(status=400, type="invalid_request_error", message=message))
+
+
+class Script:
+    """Answers summary requests with SUMMARY, everything else from `turns` in order."""
+
+    def __init__(self, turns, summaries=None):
+        self.turns = list(turns)
+        self.summaries = list(summaries or [])
+        self.summary_requests = 0
+
+    def __call__(self, body, index):
+        if is_summary_request(body):
+            self.summary_requests += 1
+            return self.summaries.pop(0) if self.summaries else text_turn(SUMMARY)
+        return self.turns.pop(0)
+
+
+async def run(ts_env, store, workspace, task_queue, script, **config):
+    with ReplayServer(script) as server:
+        sid, status = await run_session(
+            ts_env.client, server, store, workspace, "list the files", task_queue, **config
+        )
+    assert status.last_result is not None, status
+    return server, status.last_result, sid
+
+
+def glob(i, **usage):
+    return tool_turn([(f"g{i}", "Glob", {"pattern": "*"})], **usage)
+
+
+async def test_autocompact_at_the_threshold_then_continue_from_the_summary(
+    ts_env, store, workspace, task_queue
+):
+    (workspace / "a.txt").write_text("a")
+    script = Script([glob(1), glob(2), glob(3, input_tokens=166_990), text_turn("done")])
+    server, result, sid = await run(ts_env, store, workspace, task_queue, script)
+    assert result.terminal == Terminal.COMPLETED and result.compactions == 1
+    assert script.summary_requests == 1
+    summary_at = next(i for i, b in enumerate(server.requests) if is_summary_request(b))
+    assert summary_at == 3  # turn 3 crossed 167,000 tokens: 166,990 input + 20 output + the results
+    summarised = server.requests[summary_at]["messages"]
+    assert [b["tool_use_id"] for b in summarised[-1]["content"] if b["type"] == "tool_result"] == [
+        "g3"
+    ]
+    after = server.requests[summary_at + 1]["messages"]
+    assert len(after) == 1 and after[0]["role"] == "user"  # only the post-boundary summary
+    assert (
+        "list files" in after[0]["content"][0]["text"]
+        and "continues from an earlier" in after[0]["content"][0]["text"]
+    )
+    entries = store.entries(sid)
+    assert sum(e.is_compact_boundary for e in entries.values()) == 1
+    assert len(store.chain(sid, result.head_uuid)) > len(
+        store.chain(sid, result.head_uuid, since_boundary=True)
+    )
+    assert result.context_tokens < 10_000  # counted after compaction, then grew by one answer
+
+
+async def test_prompt_too_long_once_recovers_through_reactive_compact(
+    ts_env, store, workspace, task_queue
+):
+    script = Script([glob(1), ptl(), text_turn("done")])
+    server, result, _ = await run(ts_env, store, workspace, task_queue, script)
+    assert result.terminal == Terminal.COMPLETED
+    assert result.transitions == [Transition.NEXT_TURN, Transition.REACTIVE_COMPACT_RETRY]
+    assert script.summary_requests == 1 and len(server.requests) == 4
+    assert len(server.requests[3]["messages"]) == 1
+
+
+async def test_prompt_too_long_twice_ends_prompt_too_long(ts_env, store, workspace, task_queue):
+    script = Script([glob(1), ptl(), ptl(240_000)])
+    server, result, _ = await run(ts_env, store, workspace, task_queue, script)
+    assert (
+        result.terminal == Terminal.PROMPT_TOO_LONG and "240000 tokens > 200000" in result.message
+    )
+    assert script.summary_requests == 1 and len(server.requests) == 4
+
+
+async def test_collapse_drain_clears_the_largest_stale_results_first(
+    ts_env, store, workspace, task_queue
+):
+    (workspace / "big.txt").write_text(("y" * 100 + "\n") * 280)
+    (workspace / "small.txt").write_text(("z" * 100 + "\n") * 30)
+    script = Script(
+        [
+            tool_turn(
+                [
+                    ("r1", "Read", {"file_path": "big.txt"}),
+                    ("r2", "Read", {"file_path": "small.txt"}),
+                ]
+            ),
+            glob(2),
+            ptl(30_000, 25_000),
+            text_turn("done"),
+        ]
+    )
+    server, result, _ = await run(ts_env, store, workspace, task_queue, script)
+    assert result.terminal == Terminal.COMPLETED
+    assert result.transitions == [
+        Transition.NEXT_TURN,
+        Transition.NEXT_TURN,
+        Transition.COLLAPSE_DRAIN_RETRY,
+    ]
+    assert script.summary_requests == 0
+    retried = server.requests[3]["messages"]
+    contents = {
+        b["tool_use_id"]: b["content"]
+        for m in retried
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    }
+    assert contents["r1"] == CLEARED_MARKER and contents["r2"] != CLEARED_MARKER
+
+
+async def test_oversized_result_becomes_a_preview_the_model_can_read_whole(
+    ts_env, store, workspace, task_queue
+):
+    (workspace / "data.txt").write_text("".join(f"line {i}\n" for i in range(3_000)))
+
+    def reader(body, index):
+        if index == 0:
+            return tool_turn([("b1", "Bash", {"command": "cat data.txt"})])
+        if index == 1:  # the model reads the whole result from the path in the preview
+            preview = body["messages"][-1]["content"][0]["content"]
+            path = preview.split("saved whole to ")[1].split(";")[0]
+            return tool_turn([("r1", "Read", {"file_path": path, "offset": 2990})])
+        return text_turn("ok")
+
+    with ReplayServer(reader) as server:
+        _, status = await run_session(
+            ts_env.client,
+            server,
+            store,
+            workspace,
+            "read",
+            task_queue,
+            tool_result_budget_tokens=1_000,
+        )
+    assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
+    preview = server.requests[1]["messages"][-1]["content"][0]["content"]
+    assert (
+        preview.startswith("line 0\n")
+        and "too large for the context" in preview
+        and len(preview) < 3_000
+    )
+    read_back = server.requests[2]["messages"][-1]["content"][0]
+    assert not read_back.get("is_error") and "line 2999" in read_back["content"]
+
+
+async def test_blocking_limit_when_autocompact_is_off(ts_env, store, workspace, task_queue):
+    script = Script([glob(1, input_tokens=178_000), text_turn("never")])
+    server, result, _ = await run(ts_env, store, workspace, task_queue, script, autocompact=False)
+    assert result.terminal == Terminal.BLOCKING_LIMIT and len(server.requests) == 1
+
+
+async def test_the_breaker_stops_autocompact_after_three_failures(
+    ts_env, store, workspace, task_queue
+):
+    refused = Turn(
+        error=ErrorReply(status=400, type="invalid_request_error", message="no summaries today")
+    )
+    turns = [glob(i, input_tokens=170_000) for i in range(5)] + [text_turn("done")]
+    script = Script(turns, summaries=[refused] * 5)
+    server, result, _ = await run(ts_env, store, workspace, task_queue, script)
+    assert result.terminal == Terminal.COMPLETED and result.compactions == 0
+    assert script.summary_requests == 3  # then the breaker stays open for the rest of the query
+
+
+async def test_task_budget_is_sent_only_after_a_compaction(ts_env, store, workspace, task_queue):
+    script = Script([glob(1, input_tokens=168_000), glob(2), text_turn("done")])
+    server, result, _ = await run(ts_env, store, workspace, task_queue, script, task_budget=400_000)
+    assert result.compactions == 1
+    plain = [b for b in server.requests if not is_summary_request(b)]
+    assert "output_config" not in plain[0]
+    budget = plain[1]["output_config"]["task_budget"]
+    assert budget["type"] == "tokens" and budget["total"] == 400_000
+    assert 400_000 - 172_000 < budget["remaining"] < 400_000 - 168_000
+    assert server.headers[-1]["anthropic-beta"] == "task-budgets-2026-03-13"
