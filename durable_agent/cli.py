@@ -69,6 +69,9 @@ def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
         fallback_model=args.fallback_model,
         thinking_budget=args.thinking_budget,
         prompt_caching=not args.no_prompt_caching,
+        context_window=args.context_window,
+        autocompact=not args.no_autocompact,
+        task_budget=args.task_budget,
     )
 
 
@@ -188,6 +191,21 @@ def _query_options(p: argparse.ArgumentParser) -> None:
         "--no-prompt-caching",
         action="store_true",
         help="do not mark the system prompt and last message for prompt caching",
+    )
+    p.add_argument(
+        "--context-window",
+        type=_positive,
+        help="context window in tokens (default 200000, or 1000000 for a [1m] model)",
+    )
+    p.add_argument(
+        "--no-autocompact",
+        action="store_true",
+        help="never summarise; stop with blocking_limit when the context is full",
+    )
+    p.add_argument(
+        "--task-budget",
+        type=_positive,
+        help="total token budget, sent as the API's task budget after compactions",
     )
 
 

@@ -285,3 +285,14 @@ def test_drop_oldest_restarts_at_a_clean_user_turn():
     out = drop_oldest(msgs)
     assert out[0] == user(text("c"))
     assert drop_oldest([user(text("only"))]) == []
+
+
+def test_microcompact_stays_on_until_a_compaction():
+    from durable_agent.engine.loop import prepare_request
+
+    state, request = prepare_request(State(context_tokens=120_000), CFG)
+    assert request.microcompact_keep == 10 and state.microcompacting
+    shrunk = state.model_copy(update={"context_tokens": 40_000})  # the cleared view is smaller
+    assert prepare_request(shrunk, CFG)[1].microcompact_keep == 10
+    after = after_compaction(shrunk, CFG, "s", 40_000, 2_000, "t", reactive=False)
+    assert not after.microcompacting and prepare_request(after, CFG)[1].microcompact_keep is None

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         drain_target,
         model_request,
         on_withheld,
+        prepare_request,
         prompt_tokens,
         thresholds,
         with_tool_results,
@@ -167,7 +168,7 @@ class QueryWorkflow:
             # call the model
             self._phase = "streaming"
             workflow.set_current_details(f"turn {state.turn_count}: waiting for the model")
-            request = model_request(state, cfg)
+            state, request = prepare_request(state, cfg)
             assistant_uuid = str(workflow.uuid4())
             try:
                 out = await self._guarded(

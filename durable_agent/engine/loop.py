@@ -164,11 +164,22 @@ def model_request(state: State, cfg: QueryConfig) -> ModelRequest:
         result_budget_tokens=cfg.tool_result_budget_tokens,
         message_budget_tokens=cfg.message_result_budget_tokens,
         snip_keep_turns=cfg.snip_keep_turns,
-        microcompact_keep=cfg.microcompact_keep_recent if state.context_tokens >= above else None,
+        microcompact_keep=cfg.microcompact_keep_recent
+        if state.microcompacting or state.context_tokens >= above
+        else None,
         collapsed_ids=list(state.collapsed_ids),
         strip_images=state.strip_images,
         task_budget=task,
     )
+
+
+def prepare_request(state: State, cfg: QueryConfig) -> tuple[State, ModelRequest]:
+    """The request for the next call; once microcompact starts it stays on until a compaction
+    (the cleared view is smaller, and must not switch it off again)."""
+    request = model_request(state, cfg)
+    if request.microcompact_keep is not None and not state.microcompacting:
+        state = state.model_copy(update={"microcompacting": True})
+    return state, request
 
 
 def with_tool_results(state: State, result_chars: list[int], cfg: QueryConfig) -> State:
@@ -231,6 +242,7 @@ def after_compaction(
         "compaction": CompactTracking(compacted=True, turn_id=turn_id),
         "compactions": state.compactions + 1,
         "collapsed_ids": (),
+        "microcompacting": False,
         "task_budget_remaining": remaining,
         "warned_context": False,
     }

@@ -167,6 +167,7 @@ class State(BaseModel):
     """Once per turn; survives a stop_hook_blocking continue so compaction cannot loop."""
     collapse_drained: bool = False
     collapsed_ids: tuple[str, ...] = ()
+    microcompacting: bool = False
     strip_images: bool = False
     task_budget_remaining: int | None = None
     warned_context: bool = False
