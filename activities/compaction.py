@@ -4,6 +4,7 @@ compact boundary and the summary, and the loop goes on from there."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -11,6 +12,7 @@ import httpx2
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.hooks import run_hooks
 from activities.model import ModelActivities, StreamIncomplete, system_prompt
 from activities.transcript import append_pending
 from durable_agent.engine.context import (
@@ -85,6 +87,7 @@ class CompactionActivities:
         parent = req.parent_uuid
         if req.pending is not None:
             parent = append_pending(self.store, req.session_id, req.pending).uuid
+        hook_notes = await self._pre_compact_hooks(req)
         chain = self.store.chain(req.session_id, parent, since_boundary=True)
         view = req.request.model_copy(
             update={"microcompact_keep": req.config.microcompact_keep_recent, "task_budget": None}
@@ -114,7 +117,25 @@ class CompactionActivities:
             pre_tokens=req.pre_tokens,
             post_tokens=post,
             summary_chars=len(summary),
+            hook_notes=hook_notes,
         )
+
+    async def _pre_compact_hooks(self, req: CompactInput) -> list[str]:
+        """PreCompact hooks run first; what they print to stderr is shown to the user."""
+        payload = {
+            "session_id": req.session_id,
+            "transcript_path": str(self.store.transcript_path(req.session_id)),
+            "trigger": "auto" if req.trigger == "auto" else "manual",
+            "custom_instructions": "",
+        }
+        outcomes = await run_hooks(
+            "PreCompact", payload["trigger"], payload, Path(req.config.workspace)
+        )
+        return [
+            f"PreCompact hook `{o.command}` exited {o.exit_code}: {o.stderr.strip()}"
+            for o in outcomes
+            if o.exit_code != 0
+        ]
 
     def _overflow(self, session_id: str) -> Any:
         return lambda tool_use_id: str(self.store.overflow_path(session_id, tool_use_id))

@@ -195,3 +195,32 @@ async def test_task_budget_is_sent_only_after_a_compaction(ts_env, store, worksp
     assert budget["type"] == "tokens" and budget["total"] == 400_000
     assert 400_000 - 172_000 < budget["remaining"] < 400_000 - 168_000
     assert server.headers[-1]["anthropic-beta"] == "task-budgets-2026-03-13"
+
+
+async def test_pre_compact_hooks_run_first(
+    ts_env, store, workspace, task_queue, tmp_path, monkeypatch
+):
+    seen = tmp_path / "precompact.json"
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"hooks": {"PreCompact": [
+        {"matcher": "auto", "hooks": [{"type": "command", "command": f"cat > {seen}"}]},
+        {"matcher": "manual", "hooks": [{"type": "command", "command": "echo never > never.txt"}]},
+        {"matcher": "*", "hooks": [{"type": "command", "command": "echo careful >&2; exit 1"}]},
+    ]}}))  # fmt: skip
+    monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(settings))
+    ran_before_summary = []
+
+    class Watching(Script):
+        def __call__(self, body, index):
+            if is_summary_request(body):
+                ran_before_summary.append(seen.exists())
+            return super().__call__(body, index)
+
+    script = Watching([glob(1, input_tokens=168_000), text_turn("done")])
+    server, result, sid = await run(ts_env, store, workspace, task_queue, script)
+    assert result.compactions == 1 and ran_before_summary == [True]
+    payload = json.loads(seen.read_text())
+    assert payload["hook_event_name"] == "PreCompact" and payload["trigger"] == "auto"
+    assert payload["session_id"] == sid and payload["transcript_path"].endswith(".jsonl")
+    assert payload["cwd"] == str(workspace.resolve())
+    assert not (workspace / "never.txt").exists()

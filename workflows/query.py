@@ -280,6 +280,8 @@ class QueryWorkflow:
         except ActivityError as exc:
             self._emit("status", f"{trigger} compact failed: {_error_text(exc)}", is_error=True)
             return None
+        for note in out.hook_notes:
+            self._emit("status", note, is_error=True)
         self._emit(
             "status",
             f"compacted the conversation ({trigger}): {out.pre_tokens:,} → {out.post_tokens:,} tokens",

@@ -116,6 +116,7 @@ class CompactOutput(BaseModel):
     pre_tokens: int
     post_tokens: int
     summary_chars: int
+    hook_notes: list[str] = Field(default_factory=list)
 
 
 class PlanCollapseInput(BaseModel):
