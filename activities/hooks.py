@@ -89,6 +89,7 @@ async def run_hooks(
             code: int | None = proc.returncode
         except TimeoutError:
             proc.kill()
+            await proc.wait()
             out, err, code = b"", f"timed out after {hook.timeout:g}s".encode(), None
         outcomes.append(
             HookOutcome(

@@ -26,6 +26,7 @@ from durable_agent.engine.contracts import (
     CallModelOutput,
     RetryNotice,
     ToolCall,
+    ToolReady,
     WithheldError,
 )
 from durable_agent.engine.errors import (
@@ -38,9 +39,9 @@ from durable_agent.engine.errors import (
     RetryTrack,
     classify,
 )
-from durable_agent.engine.messages import Message, Usage
+from durable_agent.engine.messages import Message, ToolUseBlock, Usage
 from durable_agent.engine.request import build_request
-from durable_agent.engine.state import TEXT_PREVIEW_CHARS, QueryConfig
+from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, QueryConfig
 from durable_agent.engine.tools import TOOL_SPECS
 
 BASE_SYSTEM_PROMPT = """You are a coding agent working in a local workspace through tools \
@@ -174,7 +175,7 @@ class ModelActivities:
         )
         self.store.write_overflow(req.session_id, chain, overflowed)
         try:
-            final = await self._stream(request, track)
+            final = await self._stream(request, track, req)
         except (
             anthropic.APIError,
             httpx2.HTTPError,
@@ -211,17 +212,42 @@ class ModelActivities:
             text=message.text()[:TEXT_PREVIEW_CHARS],
             tool_calls=[_tool_call(b.id, b.name, b.input) for b in message.tool_uses()],
             model=final.model or req.request.model,
+            attempt=activity.info().attempt,
         )
 
-    async def _stream(self, request: dict[str, Any], track: RetryTrack) -> anthropic.types.Message:
+    async def _tool_ready(self, req: CallModelInput, block: ToolUseBlock) -> None:
+        """Tell the workflow a tool_use is complete, and wait until the signal is accepted so
+        it precedes this activity's completion in history."""
+        info = activity.info()
+        if self.temporal is None or info.workflow_id is None:
+            return
+        self.store.put_early_tool_use(req.session_id, req.assistant_uuid, block)
+        ready = ToolReady(
+            call_id=req.assistant_uuid,
+            attempt=info.attempt,
+            call=_tool_call(block.id, block.name, block.input),
+        )
+        handle = self.temporal.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+        await handle.signal("tool_use_ready", ready)
+
+    async def _stream(
+        self, request: dict[str, Any], track: RetryTrack, req: CallModelInput
+    ) -> anthropic.types.Message:
         details = track.model_dump(mode="json")
         activity.heartbeat(details)
         refresh = track.credential_refreshes > 0 and self._client is None
+        early = req.config.streaming_tool_execution and req.config.eager_tools != EagerTools.NONE
         async with self.client(refresh_key=refresh).messages.stream(**request) as stream:
             stopped = False
             async for event in stream:
                 activity.heartbeat(details)
                 stopped = stopped or event.type == "message_stop"
+                if early and event.type == "content_block_stop":
+                    block = event.content_block
+                    if block.type == "tool_use":
+                        await self._tool_ready(
+                            req, ToolUseBlock(id=block.id, name=block.name, input=dict(block.input))
+                        )
             if not stopped:
                 raise StreamIncomplete("the response stream ended before message_stop")
             return await stream.get_final_message()
@@ -286,6 +312,6 @@ def _tool_call(tool_id: str, name: str, raw: dict[str, Any]) -> ToolCall:
         id=tool_id,
         name=name,
         concurrency_safe=spec.is_concurrency_safe(raw),
-        read_only=spec.read_only,
+        read_only=spec.is_read_only(raw),
         summary=spec.summary(raw),
     )

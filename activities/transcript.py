@@ -112,8 +112,23 @@ class TranscriptStore:
         out.reverse()
         return out
 
+    def _early_path(self, session_id: str, assistant_uuid: str, tool_use_id: str) -> Path:
+        name = f"{_SAFE_ID.sub('_', assistant_uuid)}.{_SAFE_ID.sub('_', tool_use_id)}.json"
+        return self._results_dir(session_id) / "early" / name
+
+    def put_early_tool_use(self, session_id: str, assistant_uuid: str, block: ToolUseBlock) -> None:
+        """A tool_use complete in the stream, before its message is stored (for early starts)."""
+        target = self._early_path(session_id, assistant_uuid, block.id)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(block.model_dump_json(), encoding="utf-8")
+        tmp.replace(target)
+
     def tool_use(self, session_id: str, assistant_uuid: str, tool_use_id: str) -> ToolUseBlock:
         entry = self.entries(session_id).get(assistant_uuid)
+        early = self._early_path(session_id, assistant_uuid, tool_use_id)
+        if entry is None and early.exists():
+            return ToolUseBlock.model_validate_json(early.read_text(encoding="utf-8"))
         if entry is None:
             raise TranscriptError(f"assistant entry {assistant_uuid} is missing")
         for block in entry.message.tool_uses() if entry.message else []:
@@ -121,11 +136,14 @@ class TranscriptStore:
                 return block
         raise TranscriptError(f"tool_use {tool_use_id} is not in entry {assistant_uuid}")
 
-    def put_tool_result(self, session_id: str, block: ToolResultBlock) -> None:
-        """Keep a finished tool's result until the next user entry takes it (last write wins)."""
-        folder = self._results_dir(session_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{_SAFE_ID.sub('_', block.tool_use_id)}.json"
+    def _result_path(self, session_id: str, tool_use_id: str, run_id: str) -> Path:
+        suffix = f".{_SAFE_ID.sub('_', run_id)}" if run_id else ""
+        return self._results_dir(session_id) / f"{_SAFE_ID.sub('_', tool_use_id)}{suffix}.json"
+
+    def put_tool_result(self, session_id: str, block: ToolResultBlock, run_id: str = "") -> None:
+        """Keep a finished tool's result until the next user entry takes it."""
+        target = self._result_path(session_id, block.tool_use_id, run_id)
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
         tmp.write_text(block.model_dump_json(), encoding="utf-8")
         tmp.replace(target)
@@ -158,8 +176,10 @@ class TranscriptStore:
                     tmp.write_text(text, encoding="utf-8")
                     tmp.replace(target)
 
-    def get_tool_result(self, session_id: str, tool_use_id: str) -> ToolResultBlock | None:
-        target = self._results_dir(session_id) / f"{_SAFE_ID.sub('_', tool_use_id)}.json"
+    def get_tool_result(
+        self, session_id: str, tool_use_id: str, run_id: str = ""
+    ) -> ToolResultBlock | None:
+        target = self._result_path(session_id, tool_use_id, run_id)
         if not target.exists():
             return None
         return ToolResultBlock.model_validate_json(target.read_text(encoding="utf-8"))
@@ -169,7 +189,7 @@ def user_message(store: TranscriptStore, session_id: str, pending: PendingUser) 
     """The user entry's message: the prompt, or tool results (stored or inline), in order."""
     content: list[ContentBlock] = []
     for ref in pending.results:
-        block = ref.inline or store.get_tool_result(session_id, ref.tool_use_id)
+        block = ref.inline or store.get_tool_result(session_id, ref.tool_use_id, ref.run_id)
         if block is None:
             block = ToolResultBlock(
                 tool_use_id=ref.tool_use_id,

@@ -45,6 +45,7 @@ def reply(
             usage=Usage(input_tokens=10, output_tokens=5),
             text=text,
             tool_calls=calls or [],
+            attempt=activity.info().attempt,
         )
 
     return make

@@ -102,7 +102,7 @@ def test_partition_groups_consecutive_safe_calls():
     calls = [
         call("Read", "a", file_path="x"),
         call("Grep", "b", pattern="p"),
-        call("Bash", "c", command="ls"),
+        call("Bash", "c", command="make build"),
         call("Read", "d", file_path="y"),
         call("Glob", "e", pattern="*"),
         call("Edit", "f", file_path="x", old_string="a", new_string="b"),

@@ -110,7 +110,7 @@ async def test_overload_is_retried_then_succeeds(dev_env, store, workspace, task
 async def test_call_model_activity_stores_entries_and_classifies_errors(store, tmp_path):
     turns = [
         tool_turn(
-            [("t1", "Bash", {"command": "ls"})], "hi", input_tokens=7, cache_read_input_tokens=3
+            [("t1", "Bash", {"command": "make"})], "hi", input_tokens=7, cache_read_input_tokens=3
         ),
         Turn(
             error=ErrorReply(
@@ -138,7 +138,7 @@ async def test_call_model_activity_stores_entries_and_classifies_errors(store, t
                 await env.run(acts.call_model, req.model_copy(update={"assistant_uuid": "a2"}))
             except Exception as exc:  # noqa: BLE001
                 errors.append(exc)
-    assert out.tool_calls[0].summary == "Bash: ls" and not out.tool_calls[0].concurrency_safe
+    assert out.tool_calls[0].summary == "Bash: make" and not out.tool_calls[0].concurrency_safe
     assert out.usage.input_tokens == 7 and out.usage.cache_read_input_tokens == 3
     assert [e.uuid for e in store.chain("s", "a1")] == ["u1", "a1"]
     sent = server.requests[0]

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
         AppendEntryInput,
         CallModelInput,
+        CallModelOutput,
         CompactInput,
         PlanCollapseInput,
         QueryInput,
@@ -28,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         RunToolInput,
         RunToolOutput,
         ToolCall,
+        ToolReady,
         WithheldError,
     )
     from durable_agent.engine.errors import FALLBACK_TRIGGERED
@@ -61,10 +63,9 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.tools import partition_tool_calls
     from workflows import activity_options as steps
 
-T = TypeVar("T")
+from workflows.streaming_tools import INTERRUPTED_TOOL, NOT_RUN_TOOL, StreamingToolExecutor
 
-INTERRUPTED_TOOL = "Interrupted by user: this tool call was cancelled and may have partly run."
-NOT_RUN_TOOL = "Interrupted by user before this tool call ran; it did not run."
+T = TypeVar("T")
 
 
 class _Interrupted(Exception):
@@ -82,6 +83,9 @@ class QueryWorkflow:
         self._next_event = 0
         self._retries: dict[str, int] = {}
         self._model = ""
+        self._config: QueryConfig | None = None
+        self._call_id: str | None = None
+        self._executors: dict[int, StreamingToolExecutor] = {}
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -89,6 +93,51 @@ class QueryWorkflow:
         self._interrupted = True
         for task in self._running:
             task.cancel()
+        for executor in self._executors.values():
+            executor.interrupt()
+
+    @workflow.signal
+    def tool_use_ready(self, ready: ToolReady) -> None:
+        """A tool_use block is complete in the model's stream: it may start now."""
+        cfg = self._config
+        if cfg is None or not cfg.streaming_tool_execution or self._interrupted:
+            return
+        if ready.call_id != self._call_id:
+            return  # a call that is over: nothing of it may run now
+        executor = self._executors.get(ready.attempt)
+        if executor is None:
+            for old in self._executors.values():
+                old.discard()  # a new attempt: the blocks of earlier ones are void
+            executor = self._executors[ready.attempt] = self._executor(ready.call_id)
+        executor.add_tool(ready.call)
+
+    def _executor(self, assistant_uuid: str) -> StreamingToolExecutor:
+        cfg = self._config
+        assert cfg is not None
+
+        def run(call: ToolCall, run_id: str) -> Awaitable[RunToolOutput]:
+            req = RunToolInput(
+                session_id=self._session_id,
+                assistant_uuid=assistant_uuid,
+                tool_use_id=call.id,
+                name=call.name,
+                workspace=cfg.workspace,
+                run_id=run_id,
+            )
+            return steps.run_tool(req, cfg, call.summary, call.read_only)
+
+        def emit(kind: str, text: str, is_error: bool) -> None:
+            self._emit(kind, text, is_error)
+
+        return StreamingToolExecutor(
+            run, emit, _tool_failure, cfg.tool_concurrency, cfg.eager_tools
+        )
+
+    def _discard_executors(self) -> None:
+        for executor in self._executors.values():
+            executor.discard()
+        self._executors = {}
+        self._call_id = None
 
     @workflow.signal
     def model_retry(self, notice: RetryNotice) -> None:
@@ -135,6 +184,7 @@ class QueryWorkflow:
     @workflow.run
     async def run(self, inp: QueryInput) -> QueryResult:
         cfg = inp.config
+        self._config = cfg
         self._session_id = inp.session_id
         self._model = cfg.model
         self._next_event = inp.state.event_count if inp.state else 0
@@ -170,6 +220,7 @@ class QueryWorkflow:
             workflow.set_current_details(f"turn {state.turn_count}: waiting for the model")
             state, request = prepare_request(state, cfg)
             assistant_uuid = str(workflow.uuid4())
+            self._call_id = assistant_uuid
             try:
                 out = await self._guarded(
                     steps.call_model(
@@ -185,8 +236,10 @@ class QueryWorkflow:
                     )
                 )
             except _Interrupted:
+                self._discard_executors()
                 return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
             except ActivityError as exc:
+                self._discard_executors()
                 if (
                     _error_type(exc) == FALLBACK_TRIGGERED
                     and cfg.fallback_model
@@ -202,6 +255,8 @@ class QueryWorkflow:
                 return await self._finish(state, Terminal.MODEL_ERROR, _model_error(exc, cfg))
             after = after_model_response(state, out, cfg, str(workflow.uuid4()))
             state = after.state
+            if not after.run_tools:
+                self._discard_executors()
             if after.withheld is not None:
                 recovered = await self._recover(inp, state, after.withheld)
                 if isinstance(recovered, QueryResult):
@@ -222,7 +277,10 @@ class QueryWorkflow:
 
             # run the tools
             self._phase = "tools"
-            refs, chars = await self._run_tools(inp, assistant_uuid, out.tool_calls)
+            if cfg.streaming_tool_execution:
+                refs, chars = await self._run_streamed(out)
+            else:
+                refs, chars = await self._run_tools(inp, assistant_uuid, out.tool_calls)
             pending = PendingUser(
                 uuid=str(workflow.uuid4()), parent_uuid=assistant_uuid, results=refs
             )
@@ -331,6 +389,22 @@ class QueryWorkflow:
             self._emit("status", "the request's images were too large; retrying without them")
             return state.next(Transition.REACTIVE_COMPACT_RETRY, strip_images=True)
         return await self._finish(state, withheld_terminal(withheld), withheld.message)
+
+    async def _run_streamed(self, out: CallModelOutput) -> tuple[list[ToolResultRef], list[int]]:
+        """Phase 2: the tools of the successful attempt that did not start (or finish) while
+        the stream ran; other attempts' tools are discarded."""
+        executor = self._executors.pop(out.attempt, None) or self._executor(out.assistant_uuid)
+        for old in self._executors.values():
+            old.discard()
+        self._executors = {out.attempt: executor}
+        if self._interrupted:
+            executor.interrupt()
+        executor.reconcile(out.tool_calls)
+        executor.end_stream()
+        await executor.remaining_results()
+        self._executors = {}
+        self._call_id = None
+        return executor.results(out.tool_calls)
 
     async def _run_tools(
         self, inp: QueryInput, assistant_uuid: str, calls: list[ToolCall]

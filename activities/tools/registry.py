@@ -103,7 +103,7 @@ class ToolActivities:
         result = ToolResultBlock(
             tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
         )
-        self.store.put_tool_result(req.session_id, result)
+        self.store.put_tool_result(req.session_id, result, req.run_id)
         return RunToolOutput(
             tool_use_id=req.tool_use_id,
             is_error=output.is_error,

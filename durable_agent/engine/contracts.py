@@ -58,6 +58,17 @@ class CallModelOutput(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     model: str = ""
     withheld: WithheldError | None = None
+    attempt: int = 1
+    """The activity attempt that produced this message (its early tools are the valid ones)."""
+
+
+class ToolReady(BaseModel):
+    """Signalled by the model activity when a tool_use block is complete in the stream."""
+
+    call_id: str
+    """The assistant uuid of the model call."""
+    attempt: int
+    call: ToolCall
 
 
 class RunToolInput(BaseModel):
@@ -68,6 +79,8 @@ class RunToolInput(BaseModel):
     tool_use_id: str
     name: str
     workspace: str
+    run_id: str = ""
+    """Names this execution's stored result."""
 
 
 class RunToolOutput(BaseModel):

@@ -52,6 +52,16 @@ class Terminal(StrEnum):
     STOP_HOOK_PREVENTED = "stop_hook_prevented"
 
 
+class EagerTools(StrEnum):
+    """Which tool_use blocks may start before the model's stream ends."""
+
+    SAFE = "safe"
+    """Only concurrency-safe, read-only ones: a tool started for an attempt that later fails
+    still runs to its end, and for these that costs nothing."""
+    ALL = "all"
+    NONE = "none"
+
+
 class QueryConfig(BaseModel):
     """Gates and limits, snapshotted once when a query starts (never read from env in a workflow)."""
 
@@ -101,6 +111,10 @@ class QueryConfig(BaseModel):
     """...once the context is above this many tokens (default: half the window)."""
     task_budget: int | None = Field(default=None, ge=1)
     """Total task budget (API `output_config.task_budget`); `remaining` is sent after a compaction."""
+    streaming_tool_execution: bool = True
+    """Start tools while the model streams (StreamingToolExecutor); off: after the stream."""
+    eager_tools: EagerTools = EagerTools.SAFE
+    """Which tools may start before the stream ends (see EagerTools)."""
     compact_max_tokens: int = Field(default=16_000, ge=1_000)
     """Output cap of a summary (it must fit the 20k summary reserve)."""
     iterations_per_run: int = Field(default=DEFAULT_ITERATIONS_PER_RUN, ge=1)
@@ -120,6 +134,8 @@ class ToolResultRef(BaseModel):
 
     tool_use_id: str
     inline: ToolResultBlock | None = None
+    run_id: str = ""
+    """Which execution's stored result (a discarded attempt's result is never referenced)."""
 
 
 class PendingUser(BaseModel):

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from durable_agent.engine.bash_safety import is_read_only_command
 from durable_agent.engine.messages import ToolUseBlock
 
 
@@ -112,10 +113,18 @@ class ToolSpec(BaseModel):
     def is_concurrency_safe(self, raw: dict[str, Any]) -> bool:
         """Safe to run beside others; invalid input counts as unsafe."""
         try:
-            self.parse(raw)
+            args = self.parse(raw)
         except ValidationError:
             return False
+        if isinstance(args, BashInput):
+            return is_read_only_command(args.command)
         return self.concurrency_safe
+
+    def is_read_only(self, raw: dict[str, Any]) -> bool:
+        """Changes nothing (for this input): may be retried, and may start early."""
+        if self.name == "Bash":
+            return self.is_concurrency_safe(raw)
+        return self.read_only
 
     def summary(self, raw: dict[str, Any]) -> str:
         """One line for the UI: "Bash: git status"."""
