@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -20,6 +21,7 @@ from durable_agent.engine.contracts import (
     RunToolInput,
     RunToolOutput,
     ToolCall,
+    ToolReady,
 )
 from durable_agent.engine.messages import Usage
 from worker import WORKFLOWS
@@ -27,12 +29,33 @@ from worker import WORKFLOWS
 SAFE = {"Read", "Grep", "Glob"}
 
 
-def tools(*specs: tuple[str, str]) -> list[ToolCall]:
-    """(id, name) pairs → ToolCalls with the real safety of the name."""
+def tools(*specs: tuple[str, str], safe: set[str] | None = None) -> list[ToolCall]:
+    """(id, name) pairs → ToolCalls with the real safety of the name (or of the ids in `safe`)."""
     return [
-        ToolCall(id=i, name=n, concurrency_safe=n in SAFE, read_only=n in SAFE, summary=f"{n}: {i}")
+        ToolCall(
+            id=i,
+            name=n,
+            concurrency_safe=n in SAFE or i in (safe or set()),
+            read_only=n in SAFE or i in (safe or set()),
+            summary=f"{n}: {i}",
+        )
         for i, n in specs
     ]
+
+
+@dataclass
+class Stream:
+    """A model call that signals its tool_use blocks as they complete, streams on, then ends."""
+
+    calls: list[ToolCall]
+    """The final message's tool calls."""
+    signalled: list[ToolCall] | None = None
+    """What is signalled during the stream (default: `calls`)."""
+    gap: float = 0.05
+    tail: float = 0.4
+    fail: Exception | None = None
+    """Raise after streaming: this attempt fails (and Temporal retries)."""
+    text: str = ""
 
 
 def reply(
@@ -61,12 +84,17 @@ class Fakes:
     blocking_tools: set[str] = field(default_factory=set)
     failing_tools: set[str] = field(default_factory=set)
     model_calls: list[CallModelInput] = field(default_factory=list)
+    model_spans: list[tuple[float, float]] = field(default_factory=list)
+    error_tools: set[str] = field(default_factory=set)
+    client: Client | None = None
     appended: list[AppendEntryInput] = field(default_factory=list)
     tool_spans: dict[str, tuple[float, float]] = field(default_factory=dict)
     cancelled: list[str] = field(default_factory=list)
+    runs: list[tuple[str, str]] = field(default_factory=list)
     running: int = 0
     max_running: int = 0
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    tool_started: asyncio.Event = field(default_factory=asyncio.Event)
 
     @activity.defn(name="call_model")
     async def call_model(self, req: CallModelInput) -> CallModelOutput:
@@ -76,8 +104,27 @@ class Fakes:
             await self._block("model")
         if isinstance(step, Exception):
             raise step
+        if isinstance(step, Stream):
+            return await self._stream(req, step)
         assert callable(step)
         return step(req)
+
+    async def _stream(self, req: CallModelInput, step: Stream) -> CallModelOutput:
+        start = time.monotonic()
+        info = activity.info()
+        assert self.client is not None and info.workflow_id is not None
+        handle = self.client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+        for call in step.calls if step.signalled is None else step.signalled:
+            await asyncio.sleep(step.gap)
+            ready = ToolReady(call_id=req.assistant_uuid, attempt=info.attempt, call=call)
+            await handle.signal("tool_use_ready", ready)
+        if step.tail == float("inf"):
+            await self._block("model")
+        await asyncio.sleep(step.tail)
+        self.model_spans.append((start, time.monotonic()))
+        if step.fail is not None:
+            raise step.fail
+        return reply(step.text, step.calls)(req)
 
     async def _block(self, what: str) -> None:
         self.started.set()
@@ -95,6 +142,7 @@ class Fakes:
         self.max_running = max(self.max_running, self.running)
         start = time.monotonic()
         try:
+            self.tool_started.set()
             if req.tool_use_id in self.failing_tools:
                 raise ApplicationError("disk on fire", non_retryable=True)
             if req.tool_use_id in self.blocking_tools:
@@ -103,7 +151,11 @@ class Fakes:
         finally:
             self.running -= 1
             self.tool_spans[req.tool_use_id] = (start, time.monotonic())
-        return RunToolOutput(tool_use_id=req.tool_use_id, is_error=False, preview=f"ran {req.name}")
+        self.runs.append((req.tool_use_id, req.run_id))
+        failed = req.tool_use_id in self.error_tools
+        return RunToolOutput(
+            tool_use_id=req.tool_use_id, is_error=failed, preview=f"ran {req.name}"
+        )
 
     @activity.defn(name="append_entry")
     async def append_entry(self, req: AppendEntryInput) -> AppendEntryOutput:
@@ -115,6 +167,7 @@ class Fakes:
         return f"/fake/{session_id}.jsonl"
 
     def worker(self, client: Client, task_queue: str, **kwargs: object) -> Worker:
+        self.client = client
         return Worker(
             client,
             task_queue=task_queue,
@@ -127,3 +180,18 @@ class Fakes:
             ],
             **kwargs,  # type: ignore[arg-type]
         )
+
+
+async def completed_activities(handle, count):
+    """Wait until the workflow's history holds `count` completed activities."""
+    for _ in range(200):
+        history = await handle.fetch_history()
+        done = [
+            e
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        ]
+        if len(done) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {count} activities completed")

@@ -4,30 +4,14 @@ import asyncio
 import uuid
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.engine.contracts import PromptRequest, QueryInput, SessionInput
 from durable_agent.engine.state import QueryConfig, Terminal, Transition
-from tests.fakes import BLOCK, Fakes, reply, tools
+from tests.fakes import BLOCK, Fakes, completed_activities, reply, tools
 from workflows.query import INTERRUPTED_TOOL, NOT_RUN_TOOL, QueryWorkflow
 from workflows.session import SessionWorkflow
-
-
-async def completed_activities(handle, count):
-    """Wait until the workflow's history holds `count` completed activities."""
-    for _ in range(200):
-        history = await handle.fetch_history()
-        done = [
-            e
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-        ]
-        if len(done) >= count:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"fewer than {count} activities completed")
 
 
 def query_input(**cfg):

@@ -1,0 +1,30 @@
+"""Recorded workflow histories must replay against the current workflow code (determinism).
+
+They are the histories of tests/test_streaming_tools.py, recorded with
+`RECORD_HISTORIES=1 uv run pytest tests/test_streaming_tools.py`. A change to workflow logic
+that breaks one must go behind `workflow.patched`, not be fixed by re-recording.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from worker import WORKFLOWS
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def test_histories_are_committed():
+    assert len(HISTORIES) >= 10
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays(path):
+    history = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
+    assert result.replay_failure is None
