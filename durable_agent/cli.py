@@ -13,7 +13,13 @@ from pathlib import Path
 
 from durable_agent import __version__
 from durable_agent.console import FORMATS, fail
-from durable_agent.engine.state import DEFAULT_MODEL, TOOL_CONCURRENCY_ENV, QueryConfig, Terminal
+from durable_agent.engine.state import (
+    DEFAULT_MODEL,
+    TOOL_CONCURRENCY_ENV,
+    EagerTools,
+    QueryConfig,
+    Terminal,
+)
 from durable_agent.paths import state_home
 
 EXIT_USAGE = 2
@@ -72,6 +78,8 @@ def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
         context_window=args.context_window,
         autocompact=not args.no_autocompact,
         task_budget=args.task_budget,
+        streaming_tool_execution=not args.no_streaming_tools,
+        eager_tools=EagerTools(args.eager_tools),
     )
 
 
@@ -191,6 +199,18 @@ def _query_options(p: argparse.ArgumentParser) -> None:
         "--no-prompt-caching",
         action="store_true",
         help="do not mark the system prompt and last message for prompt caching",
+    )
+    p.add_argument(
+        "--eager-tools",
+        choices=[e.value for e in EagerTools],
+        default=EagerTools.SAFE.value,
+        help="which tools may start while Claude is still streaming: safe (read-only ones; "
+        "default), all, or none",
+    )
+    p.add_argument(
+        "--no-streaming-tools",
+        action="store_true",
+        help="run tools only after the model's answer is complete",
     )
     p.add_argument(
         "--context-window",

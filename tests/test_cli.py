@@ -213,12 +213,14 @@ def test_every_run_option_reaches_the_config(tmp_path):
         "run", "x", "--model", "m", "--max-turns", "3", "--fallback-model", "f", "--unattended",
         "--unattended-hours", "2", "--thinking-budget", "2048", "--no-prompt-caching",
         "--context-window", "500000", "--no-autocompact", "--task-budget", "9000",
-        "--append-system-prompt", "be brief",
+        "--append-system-prompt", "be brief", "--eager-tools", "all", "--no-streaming-tools",
     ])  # fmt: skip
     cfg = build_config(args, tmp_path)
     assert (cfg.model, cfg.max_turns, cfg.fallback_model, cfg.unattended) == ("m", 3, "f", True)
     assert cfg.unattended_max_seconds == 7200 and cfg.thinking_budget == 2048
     assert not cfg.prompt_caching and cfg.context_window == 500_000 and not cfg.autocompact
     assert cfg.task_budget == 9000 and cfg.system_prompt == "be brief"
+    assert cfg.eager_tools == "all" and not cfg.streaming_tool_execution
     defaults = build_config(parser().parse_args(["run", "x"]), tmp_path)
     assert defaults.autocompact and defaults.prompt_caching and defaults.context_window is None
+    assert defaults.streaming_tool_execution and defaults.eager_tools == "safe"

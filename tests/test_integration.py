@@ -151,3 +151,19 @@ async def test_call_model_activity_stores_entries_and_classifies_errors(store, t
     # A first 401 refreshes the credentials and retries; it is not given up on.
     assert auth.type == "AuthenticationError" and not auth.non_retryable  # type: ignore[attr-defined]
     assert len(store.entries("s")) == 2  # failed attempts stored nothing new
+
+
+async def test_a_tool_runs_while_the_model_streams(dev_env, store, workspace, task_queue):
+    """tool_use complete at 0.5 s, stream end at 2 s, a 1.5 s tool: the turn costs about
+    max(stream, tool), not their sum."""
+    from durable_agent.replay.cassette import timed_tool_turn
+
+    slow = timed_tool_turn([("s1", "Bash", {"command": "sleep 1.5"})], ready_at=[0.5], end_at=2.0)
+    with ReplayServer([slow, text_turn("done")]) as server:
+        _, status = await run_session(dev_env.client, server, store, workspace, "go", task_queue)
+    assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
+    turn = server.request_times[1] - server.request_times[0]
+    print(f"turn wall time {turn:.2f}s")
+    assert 2.0 <= turn <= 1.25 * max(2.0, 1.5), turn
+    answered = server.requests[1]["messages"][-1]["content"][0]
+    assert answered["tool_use_id"] == "s1" and not answered.get("is_error")

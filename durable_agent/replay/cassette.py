@@ -45,6 +45,8 @@ class Turn(BaseModel):
     expect: Expect | None = None
     event_delay: float = 0.0
     """Seconds to wait between SSE events (for slow-stream tests)."""
+    pause_before: dict[int, float] = Field(default_factory=dict)
+    """Seconds to wait before sending SSE event number N (0-based), to shape a stream in time."""
     fault: Fault | None = None
 
 
@@ -162,3 +164,22 @@ def _start(index: int, block: dict[str, Any]) -> dict[str, Any]:
 
 def _delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def timed_tool_turn(
+    calls: list[tuple[str, str, dict[str, Any]]], ready_at: list[float], end_at: float
+) -> Turn:
+    """A tool turn whose tool_use blocks complete at `ready_at` seconds and whose stream ends at
+    `end_at` seconds (for streaming-execution tests and benchmarks)."""
+    turn = tool_turn(calls)
+    assert turn.response is not None
+    events = list(sse_events(turn.response, "replay"))
+    starts = [i for i, (name, _) in enumerate(events) if name == "content_block_start"]
+    end = next(i for i, (name, _) in enumerate(events) if name == "message_delta")
+    pauses: dict[int, float] = {}
+    clock = 0.0
+    for start, when in zip(starts, ready_at, strict=True):
+        pauses[start] = max(0.0, when - clock)
+        clock = when
+    pauses[end] = max(0.0, end_at - clock)
+    return turn.model_copy(update={"pause_before": pauses})

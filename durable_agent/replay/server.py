@@ -82,6 +82,8 @@ class ReplayServer(LoopbackServer):
         self.strict = strict
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.request_times: list[float] = []
+        """time.monotonic() at which each request arrived."""
         self.violations: list[str] = []
         self._lock = threading.Lock()
         super().__init__(port)
@@ -141,6 +143,7 @@ class ReplayServer(LoopbackServer):
                         )
                     )
                 with server._lock:
+                    server.request_times.append(time.monotonic())
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
                 turn = server.next_turn(body)
                 if turn.error is not None:
@@ -181,6 +184,8 @@ class ReplayServer(LoopbackServer):
                         break
                     if turn.event_delay:
                         time.sleep(turn.event_delay)
+                    if sent in turn.pause_before:
+                        time.sleep(turn.pause_before[sent])
                     self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
                     self.wfile.flush()
                 self.close_connection = True
