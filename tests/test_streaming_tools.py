@@ -17,7 +17,7 @@ from workflows.streaming_tools import INTERRUPTED_TOOL, NOT_RUN_TOOL, SIBLING_FA
 HISTORIES = Path(__file__).parent / "histories"
 
 
-async def run_query(env, fakes, task_queue, name, interrupt_when=None, **cfg):
+async def run_query(env, fakes, task_queue, name, interrupt_when=None, events=None, **cfg):
     """Run a QueryWorkflow; with RECORD_HISTORIES=1 its history is saved for the replay test."""
     inp = QueryInput(session_id="s", prompt="go", parent_uuid=None, config=QueryConfig(**cfg))
     async with fakes.worker(env.client, task_queue):
@@ -28,6 +28,8 @@ async def run_query(env, fakes, task_queue, name, interrupt_when=None, **cfg):
             await interrupt_when(handle)
             await handle.signal(QueryWorkflow.interrupt)
         result = await handle.result()
+        if events is not None:
+            events.extend(await handle.query(QueryWorkflow.progress, 0))
     if os.environ.get("RECORD_HISTORIES"):
         history = await handle.fetch_history()
         (HISTORIES / f"{name}.json").write_text(history.to_json())
@@ -48,16 +50,19 @@ def refs(fakes, call=1):
 
 
 async def test_a_safe_tool_starts_while_the_model_streams(ts_env, task_queue):
-    fakes = Fakes(
-        script=[Stream(tools(("r1", "Read")), tail=0.6), reply("done")], tool_delays={"r1": 0.1}
-    )
-    result = await run_query(ts_env, fakes, task_queue, "early_safe")
+    stream = Stream(tools(("r1", "Read")), tail=0.6, text="looking")
+    fakes = Fakes(script=[stream, reply("done")], tool_delays={"r1": 0.1})
+    events = []
+    result = await run_query(ts_env, fakes, task_queue, "early_safe_progress", events=events)
     assert result.terminal == Terminal.COMPLETED
     model_start, model_end = fakes.model_spans[0]
     tool_start, tool_end = fakes.tool_spans["r1"]
     assert model_start < tool_start and tool_end < model_end  # ran entirely inside the stream
     ref = refs(fakes)[0]
     assert ref.tool_use_id == "r1" and ref.inline is None and ref.run_id == fakes.runs[0][1]
+    kinds = [(e.kind, e.text) for e in events]
+    # phase 1: the result was collected while the stream ran, before the message was complete
+    assert kinds.index(("tool_result", "Read: r1 → ran Read")) < kinds.index(("text", "looking"))
 
 
 async def test_an_unsafe_tool_waits_for_the_end_of_the_stream_under_safe(ts_env, task_queue):

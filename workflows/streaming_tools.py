@@ -49,6 +49,10 @@ class TrackedTool:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
+def _failed(tool: TrackedTool) -> bool:
+    return tool.error is not None or (tool.output is not None and tool.output.is_error)
+
+
 class StreamingToolExecutor:
     def __init__(self, run: Runner, emit: Emit, failure: Failure, limit: int, eager: EagerTools):
         self._run = run
@@ -122,12 +126,15 @@ class StreamingToolExecutor:
             tool.status = ToolStatus.DISCARDED
             return
         tool.status = ToolStatus.COMPLETED
-        failed = tool.error is not None or (tool.output is not None and tool.output.is_error)
-        preview = tool.error or (tool.output.preview if tool.output else "")
-        self._emit("tool_result", f"{tool.call.summary} → {preview}", failed)
-        if failed and tool.call.name == "Bash":
+        if tool.call.name == "Bash" and _failed(tool):
             self._abort_siblings(tool)
+        self._yield_completed()
         self._process_queue()
+
+    def _yield_completed(self) -> None:
+        for done in self.completed_results():
+            preview = done.error or (done.output.preview if done.output else "")
+            self._emit("tool_result", f"{done.call.summary} → {preview}", _failed(done))
 
     def _abort_siblings(self, failed: TrackedTool) -> None:
         """A failed Bash cancels the tools running beside it, not the turn."""
@@ -137,7 +144,8 @@ class StreamingToolExecutor:
                 tool.task.cancel()
 
     def completed_results(self) -> list[TrackedTool]:
-        """Phase 1: results finished while the stream runs, in block order; each yielded once."""
+        """Finished results in block order, each yielded once; an unsafe tool still running
+        holds back what follows it."""
         out = []
         for tool in self.tools:
             if tool.status == ToolStatus.COMPLETED:
@@ -190,6 +198,7 @@ class StreamingToolExecutor:
 
     def results(self, final: list[ToolCall]) -> tuple[list[ToolResultRef], list[int]]:
         """Every tool_use of the final message answered exactly once, in order."""
+        self._yield_completed()
         by_id = {t.call.id: t for t in self.tools}
         refs, sizes = [], []
         for call in final:
