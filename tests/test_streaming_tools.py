@@ -9,7 +9,7 @@ from pathlib import Path
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.engine.contracts import QueryInput
-from durable_agent.engine.state import EagerTools, QueryConfig, Terminal
+from durable_agent.engine.state import EagerTools, ProgressEvent, QueryConfig, Terminal
 from tests.fakes import BLOCK, Fakes, Stream, completed_activities, reply, tools
 from workflows.query import QueryWorkflow
 from workflows.streaming_tools import INTERRUPTED_TOOL, NOT_RUN_TOOL, SIBLING_FAILED
@@ -52,7 +52,7 @@ def refs(fakes, call=1):
 async def test_a_safe_tool_starts_while_the_model_streams(ts_env, task_queue):
     stream = Stream(tools(("r1", "Read")), tail=0.6, text="looking")
     fakes = Fakes(script=[stream, reply("done")], tool_delays={"r1": 0.1})
-    events = []
+    events: list[ProgressEvent] = []
     result = await run_query(ts_env, fakes, task_queue, "early_safe_progress", events=events)
     assert result.terminal == Terminal.COMPLETED
     model_start, model_end = fakes.model_spans[0]
