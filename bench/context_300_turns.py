@@ -21,11 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from activities.transcript import TranscriptStore  # noqa: E402
-from durable_agent.devserver import DYNAMIC_CONFIG, temporal_binary  # noqa: E402
+from bench.common import dev_env  # noqa: E402
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn  # noqa: E402
 from tests.helpers import run_session  # noqa: E402
 from workflows.session import query_workflow_id  # noqa: E402
@@ -72,19 +71,10 @@ CONFIGS = {
 
 
 async def main(turns: int, result_kb: int) -> None:
-    args = [arg for value in DYNAMIC_CONFIG for arg in ("--dynamic-config-value", value)]
-    env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=str(temporal_binary()),
-        dev_server_extra_args=args,
-    )
-    try:
+    async with dev_env() as env:
         print(f"{turns} turns, {result_kb} KB tool results, 200,000-token window")
         for name, config in CONFIGS.items():
             await one(env, name, turns, result_kb, config)
-    finally:
-        await env.shutdown()
-        await asyncio.sleep(0.5)
 
 
 async def one(

@@ -21,11 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from activities.transcript import TranscriptStore  # noqa: E402
-from durable_agent.devserver import DYNAMIC_CONFIG, temporal_binary  # noqa: E402
+from bench.common import dev_env  # noqa: E402
 from durable_agent.replay import ReplayServer, text_turn  # noqa: E402
 from durable_agent.replay.cassette import timed_tool_turn  # noqa: E402
 from tests.helpers import run_session  # noqa: E402
@@ -50,13 +49,7 @@ async def turn_seconds(env: WorkflowEnvironment, tools: int, streaming: bool) ->
 
 
 async def main(repeat: int) -> None:
-    args = [arg for value in DYNAMIC_CONFIG for arg in ("--dynamic-config-value", value)]
-    env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=str(temporal_binary()),
-        dev_server_extra_args=args,
-    )
-    try:
+    async with dev_env() as env:
         print(f"stream {STREAM_SECONDS:g}s, tools of {TOOL_SECONDS:g}s each, median of {repeat}")
         print(f"{'tools':>5}  {'off (s)':>8}  {'on (s)':>7}  {'on/off':>6}  {'ideal':>6}")
         for tools in (1, 3, 6):
@@ -64,9 +57,6 @@ async def main(repeat: int) -> None:
             on = statistics.median([await turn_seconds(env, tools, True) for _ in range(repeat)])
             ideal = max(STREAM_SECONDS, 0.3 * tools + TOOL_SECONDS)
             print(f"{tools:>5}  {off:>8.2f}  {on:>7.2f}  {on / off:>6.2f}  {ideal:>6.2f}")
-    finally:
-        await env.shutdown()
-        await asyncio.sleep(0.5)
 
 
 if __name__ == "__main__":

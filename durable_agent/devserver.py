@@ -22,6 +22,11 @@ DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233
 
 
+def dynamic_config_args() -> list[str]:
+    """`--dynamic-config-value` flags that lift the dev server's per-workflow throttle."""
+    return [arg for value in DYNAMIC_CONFIG for arg in ("--dynamic-config-value", value)]
+
+
 class DevServerError(Exception):
     """The dev server could not be found or started; the message says why."""
 
@@ -113,8 +118,7 @@ def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevSer
         "--log-level",
         "warn",
     ]
-    for value in DYNAMIC_CONFIG:
-        cmd += ["--dynamic-config-value", value]
+    cmd += dynamic_config_args()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             cmd,

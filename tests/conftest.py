@@ -15,14 +15,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.transcript import TranscriptStore
+from durable_agent.devserver import dynamic_config_args
 
 BIN = Path(sysconfig.get_path("scripts"))
-DEV_SERVER_ARGS = [
-    "--dynamic-config-value",
-    "history.transferProcessorMaxPollRPS=2000",
-    "--dynamic-config-value",
-    "history.timerProcessorMaxPollRPS=2000",
-]
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -30,7 +25,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=str(BIN / "temporal"),
-        dev_server_extra_args=DEV_SERVER_ARGS,
+        dev_server_extra_args=dynamic_config_args(),
     )
     yield env
     await env.shutdown()
