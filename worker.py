@@ -6,11 +6,13 @@ The single place where things are wired; tests and the CLI call `build_worker` t
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
 from activities.compaction import CompactionActivities
@@ -54,11 +56,21 @@ def build_worker(
     )
 
 
-async def connect(address: str | None = None, namespace: str | None = None) -> Client:
+def quiet_runtime() -> Runtime:
+    """For the CLI: the SDK core logs only errors (retries and cancellations are routine)."""
+    logging.getLogger("temporalio").setLevel(logging.ERROR)
+    quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
+    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
+
+
+async def connect(
+    address: str | None = None, namespace: str | None = None, runtime: Runtime | None = None
+) -> Client:
     return await Client.connect(
         address or os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"),
         namespace=namespace or os.environ.get("TEMPORAL_NAMESPACE", "default"),
         data_converter=pydantic_data_converter,
+        runtime=runtime,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import difflib
 import os
 import shutil
@@ -56,6 +57,7 @@ async def dispatch(args: argparse.Namespace) -> int:
 async def connect(console: Console, start_server: bool = True) -> Client:
     """TEMPORAL_ADDRESS if set; else the dev server of this state dir (started if needed)."""
     from worker import connect as worker_connect
+    from worker import quiet_runtime
 
     address = os.environ.get("TEMPORAL_ADDRESS")
     hint = "check TEMPORAL_ADDRESS, or unset it to use the embedded dev server"
@@ -82,9 +84,10 @@ async def connect(console: Console, start_server: bool = True) -> Client:
         address, hint = info.address, f"see the dev server log {info.log_path}"
         attempts = 30  # a dev server that just started may need a few seconds
     last: Exception | None = None
+    runtime = quiet_runtime()
     for _ in range(attempts):
         try:
-            return await worker_connect(address)
+            return await worker_connect(address, runtime=runtime)
         except RuntimeError as exc:  # the SDK raises RuntimeError when it cannot connect
             last = exc
             await asyncio.sleep(0.5)
@@ -151,7 +154,12 @@ async def run_prompt(
 
     install_interrupt(interrupt, detached.set)
     child = client.get_workflow_handle(query_workflow_id(session_id, 1))
-    status = await watch(handle, child, console, detached)
+    idle_hint = (
+        f"no progress yet: is a worker running on task queue {task_queue!r}? "
+        "(uv run python worker.py)"
+    )
+    idle_seconds = float(os.environ.get("DURABLE_AGENT_IDLE_HINT_SECONDS", "15"))
+    status = await watch(handle, child, console, detached, idle_hint, idle_seconds)
     if status is None:
         console.info(f"detached; the session goes on: durable-agent status {session_id}")
         return EXIT_DETACHED
@@ -166,15 +174,23 @@ async def watch(
     child: WorkflowHandle[Any, Any],
     console: Console,
     detached: asyncio.Event,
+    idle_hint: str,
+    idle_seconds: float = 15.0,
 ) -> SessionStatus | None:
     """Print progress events until the session ends (None if the user detached)."""
     result = asyncio.ensure_future(session.result())
     stop = asyncio.ensure_future(detached.wait())
     since = 0
+    started = asyncio.get_running_loop().time()
+    hinted = False
     try:
         while True:
             done = result.done()
             since = await _show_events(child, console, since)
+            idle = asyncio.get_running_loop().time() - started > idle_seconds
+            if since == 0 and idle and not hinted and not await _started(child):
+                console.info(idle_hint)
+                hinted = True
             if done:
                 return result.result()
             if stop.done():
@@ -182,9 +198,23 @@ async def watch(
             console.spin("working")
             await asyncio.wait([result, stop], timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stop.cancel()
-        if not result.done():
-            result.cancel()
+        for pending in (stop, result):
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+        # An RPC cancelled mid-flight crashes the SDK's native layer if the process exits at
+        # once (DESIGN.md §5): give it a moment to wind down.
+        await asyncio.sleep(0.3)
+
+
+async def _started(child: WorkflowHandle[Any, Any]) -> bool:
+    """Has any worker run the prompt's workflow yet?"""
+    try:
+        desc = await child.describe()
+    except RPCError:
+        return False
+    return desc.raw_description.workflow_execution_info.history_length > 3
 
 
 async def _show_events(child: WorkflowHandle[Any, Any], console: Console, since: int) -> int:

@@ -224,3 +224,34 @@ def test_every_run_option_reaches_the_config(tmp_path):
     defaults = build_config(parser().parse_args(["run", "x"]), tmp_path)
     assert defaults.autocompact and defaults.prompt_caching and defaults.context_window is None
     assert defaults.streaming_tool_execution and defaults.eager_tools == "safe"
+
+
+def test_no_worker_hint_then_ctrl_c_twice_detaches(dev_env, tmp_path):
+    import signal
+    import time
+
+    env = cli_env(
+        tmp_path,
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+        DURABLE_AGENT_IDLE_HINT_SECONDS="1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "durable_agent", "run", "hello", "--no-worker", "--workspace", str(tmp_path)],
+        env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if "is a worker running on task queue" in line:
+            break
+    assert "is a worker running on task queue" in lines[-1], lines
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "detached; the session goes on: durable-agent status session-" in rest
+    assert "Traceback" not in rest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
@@ -67,9 +68,11 @@ async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
         while chunk := await proc.stdout.read(65536):
             buffer.feed(chunk)
 
+    reader = asyncio.ensure_future(pump())
     timed_out = False
     try:
-        await asyncio.wait_for(asyncio.gather(pump(), proc.wait()), timeout)
+        await asyncio.wait_for(proc.wait(), timeout)
+        await reader
     except TimeoutError:
         timed_out = True
         _kill_group(proc)
@@ -77,6 +80,11 @@ async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
     except BaseException:
         _kill_group(proc)  # cancelled: the activity was cancelled or the worker is stopping
         raise
+    finally:
+        if not reader.done():
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
     output = buffer.text().rstrip("\n")
     if timed_out:
         return ToolOutput(f"{output}\n\nCommand timed out after {timeout:g}s and was killed.", True)
