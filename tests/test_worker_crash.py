@@ -1,6 +1,7 @@
 """A worker killed mid-step: the session finishes on a new worker, nothing is lost, and a tool
 with side effects is never run twice."""
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -25,12 +26,12 @@ def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
-def wait_for(predicate, seconds=30.0):
+async def wait_for(predicate, seconds=30.0):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     raise AssertionError("timed out waiting")
 
 
@@ -68,12 +69,12 @@ async def test_killed_worker_mid_tool_and_mid_stream(dev_env, tmp_path):
         )
         worker = start_worker(env)
         try:
-            wait_for(marker.exists)  # the side-effect tool is running: kill its worker
+            await wait_for(marker.exists)  # the side-effect tool is running: kill its worker
             worker.send_signal(signal.SIGKILL)
             worker.wait()
             worker = start_worker(env)
-            wait_for(lambda: len(server.requests) >= 2)  # turn 2 is streaming: kill again
-            time.sleep(0.5)
+            await wait_for(lambda: len(server.requests) >= 2)  # turn 2 is streaming: kill again
+            await asyncio.sleep(0.5)
             worker.send_signal(signal.SIGKILL)
             worker.wait()
             worker = start_worker(env)
