@@ -10,8 +10,9 @@ from temporalio.exceptions import ApplicationError
 from durable_agent.engine.contracts import PromptRequest, QueryInput, SessionInput
 from durable_agent.engine.state import QueryConfig, Terminal, Transition
 from tests.fakes import BLOCK, Fakes, completed_activities, reply, tools
-from workflows.query import INTERRUPTED_TOOL, NOT_RUN_TOOL, QueryWorkflow
+from workflows.query import QueryWorkflow
 from workflows.session import SessionWorkflow
+from workflows.streaming_tools import INTERRUPTED_TOOL, NOT_RUN_TOOL
 
 
 def query_input(**cfg):

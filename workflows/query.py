@@ -9,12 +9,7 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
-    ApplicationError,
     CancelledError,
-    RetryState,
-)
-from temporalio.exceptions import (
-    TimeoutError as ActivityTimeoutError,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -49,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
         with_tool_results,
         withheld_terminal,
     )
-    from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
     from durable_agent.engine.state import (
         PendingUser,
         ProgressEvent,
@@ -60,10 +54,11 @@ with workflow.unsafe.imports_passed_through():
         ToolResultRef,
         Transition,
     )
-    from durable_agent.engine.tools import partition_tool_calls
     from workflows import activity_options as steps
 
-from workflows.streaming_tools import INTERRUPTED_TOOL, NOT_RUN_TOOL, StreamingToolExecutor
+from workflows.batch_tools import run_tool_batches
+from workflows.failures import duration, error_text, error_type, model_error, tool_failure
+from workflows.streaming_tools import StreamingToolExecutor
 
 T = TypeVar("T")
 
@@ -129,9 +124,7 @@ class QueryWorkflow:
         def emit(kind: str, text: str, is_error: bool) -> None:
             self._emit(kind, text, is_error)
 
-        return StreamingToolExecutor(
-            run, emit, _tool_failure, cfg.tool_concurrency, cfg.eager_tools
-        )
+        return StreamingToolExecutor(run, emit, tool_failure, cfg.tool_concurrency, cfg.eager_tools)
 
     def _discard_executors(self) -> None:
         for executor in self._executors.values():
@@ -146,7 +139,7 @@ class QueryWorkflow:
         wait = (
             ""
             if notice.delay_seconds is None
-            else f", next try in {_duration(notice.delay_seconds)}"
+            else f", next try in {duration(notice.delay_seconds)}"
         )
         workflow.set_current_details(
             f"{notice.error_type}, attempt {notice.attempt}{wait}: {notice.message}"
@@ -240,11 +233,7 @@ class QueryWorkflow:
                 return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
             except ActivityError as exc:
                 self._discard_executors()
-                if (
-                    _error_type(exc) == FALLBACK_TRIGGERED
-                    and cfg.fallback_model
-                    and not state.model
-                ):
+                if error_type(exc) == FALLBACK_TRIGGERED and cfg.fallback_model and not state.model:
                     # Same request (the pending entry is stored idempotently), other model.
                     self._emit(
                         "status",
@@ -252,7 +241,7 @@ class QueryWorkflow:
                     )
                     state = state.model_copy(update={"model": cfg.fallback_model})
                     continue
-                return await self._finish(state, Terminal.MODEL_ERROR, _model_error(exc, cfg))
+                return await self._finish(state, Terminal.MODEL_ERROR, model_error(exc, cfg))
             after = after_model_response(state, out, cfg, str(workflow.uuid4()))
             state = after.state
             if not after.run_tools:
@@ -336,7 +325,7 @@ class QueryWorkflow:
                 )
             )
         except ActivityError as exc:
-            self._emit("status", f"{trigger} compact failed: {_error_text(exc)}", is_error=True)
+            self._emit("status", f"{trigger} compact failed: {error_text(exc)}", is_error=True)
             return None
         for note in out.hook_notes:
             self._emit("status", note, is_error=True)
@@ -409,63 +398,23 @@ class QueryWorkflow:
     async def _run_tools(
         self, inp: QueryInput, assistant_uuid: str, calls: list[ToolCall]
     ) -> tuple[list[ToolResultRef], list[int]]:
-        """Batches from partition_tool_calls; results in request order whatever finishes first.
-        Also returns the size of each result, for the context estimate."""
+        """Without streaming execution: batches from partition_tool_calls, after the stream."""
         cfg = inp.config
-        by_id = {c.id: c for c in calls}
-        blocks = [ToolUseBlock(id=c.id, name=c.name) for c in calls]
-        limit = asyncio.Semaphore(cfg.tool_concurrency)
-        outputs: dict[str, RunToolOutput] = {}
-        failed: dict[str, str] = {}
-        started: set[str] = set()
 
-        async def one(call: ToolCall) -> None:
-            async with limit:
-                if self._interrupted:
-                    return
-                started.add(call.id)
-                self._emit("tool_call", call.summary)
-                workflow.set_current_details(f"running {call.summary}")
-                done = await self._guarded(
-                    steps.run_tool(
-                        RunToolInput(
-                            session_id=inp.session_id,
-                            assistant_uuid=assistant_uuid,
-                            tool_use_id=call.id,
-                            name=call.name,
-                            workspace=cfg.workspace,
-                        ),
-                        cfg,
-                        call.summary,
-                        call.read_only,
-                    )
-                )
-                outputs[call.id] = done
-                self._emit("tool_result", f"{call.summary} → {done.preview}", done.is_error)
-
-        for batch in partition_tool_calls(blocks, lambda b: by_id[b.id].concurrency_safe):
-            if self._interrupted:
-                break
-            results = await asyncio.gather(
-                *(one(by_id[b.id]) for b in batch.blocks), return_exceptions=True
+        def run(call: ToolCall) -> Awaitable[RunToolOutput]:
+            workflow.set_current_details(f"running {call.summary}")
+            req = RunToolInput(
+                session_id=inp.session_id,
+                assistant_uuid=assistant_uuid,
+                tool_use_id=call.id,
+                name=call.name,
+                workspace=cfg.workspace,
             )
-            for block, res in zip(batch.blocks, results, strict=True):
-                if isinstance(res, _Interrupted):
-                    continue
-                if isinstance(res, ActivityError):
-                    failed[block.id] = _tool_failure(res, by_id[block.id])
-                elif isinstance(res, BaseException):
-                    raise res
-        refs = []
-        for call in calls:
-            if call.id in outputs:
-                refs.append(ToolResultRef(tool_use_id=call.id))
-                continue
-            text = failed.get(call.id) or (INTERRUPTED_TOOL if call.id in started else NOT_RUN_TOOL)
-            self._emit("tool_result", f"{call.summary} → {text}", is_error=True)
-            inline = ToolResultBlock(tool_use_id=call.id, content=text, is_error=True)
-            refs.append(ToolResultRef(tool_use_id=call.id, inline=inline))
-        return refs, [o.content_chars for o in outputs.values()]
+            return self._guarded(steps.run_tool(req, cfg, call.summary, call.read_only))
+
+        return await run_tool_batches(
+            calls, run, self._emit, lambda: self._interrupted, cfg.tool_concurrency
+        )
 
     async def _finish(
         self, state: State, terminal: Terminal, message: str, final_text: str = ""
@@ -501,40 +450,3 @@ class QueryWorkflow:
             usage_by_model=state.usage_by_model,
             retries=dict(self._retries),
         )
-
-
-def _tool_failure(exc: ActivityError, call: ToolCall) -> str:
-    if isinstance(exc.cause, ActivityTimeoutError):
-        lost = "The worker running this tool stopped responding"
-        if call.read_only:
-            return f"{lost} on every attempt; the tool did not finish."
-        return f"{lost}. It may have partly run; it was not re-run, to avoid running it twice."
-    return f"The tool failed to run: {_error_text(exc)}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    return f"{seconds / 60:.0f}m" if seconds < 3600 else f"{seconds / 3600:.1f}h"
-
-
-def _error_type(exc: BaseException) -> str | None:
-    cause = exc.__cause__
-    return cause.type if isinstance(cause, ApplicationError) else None
-
-
-def _model_error(exc: ActivityError, cfg: QueryConfig) -> str:
-    text = _error_text(exc)
-    if exc.retry_state == RetryState.TIMEOUT:
-        limit = cfg.unattended_max_seconds if cfg.unattended else cfg.model_call_timeout_seconds
-        return f"gave up after {limit / 3600:g} h of retries; last error: {text}"
-    return text
-
-
-def _error_text(exc: BaseException) -> str:
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ApplicationError):
-            return cause.message
-        cause = cause.__cause__
-    return str(exc)
