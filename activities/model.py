@@ -54,6 +54,8 @@ class ClientOptions:
     api_key: str | None = None
     """None: the SDK reads ANTHROPIC_API_KEY / ANTHROPIC_AUTH_TOKEN."""
     keepalive: bool = True
+    base_url: str | None = None
+    """None: the SDK reads ANTHROPIC_BASE_URL (default: the Anthropic API)."""
 
 
 ClientFactory = Callable[[ClientOptions], anthropic.AsyncAnthropic]
@@ -64,7 +66,9 @@ def default_client(opts: ClientOptions) -> anthropic.AsyncAnthropic:
     http = None
     if not opts.keepalive:
         http = anthropic.DefaultAsyncHttpxClient(limits=httpx2.Limits(max_keepalive_connections=0))
-    return anthropic.AsyncAnthropic(api_key=opts.api_key, max_retries=0, http_client=http)
+    return anthropic.AsyncAnthropic(
+        api_key=opts.api_key, base_url=opts.base_url, max_retries=0, http_client=http
+    )
 
 
 def system_prompt(config: QueryConfig) -> str:

@@ -130,6 +130,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("prompt", help="what the agent should do")
     _query_options(run)
     run.add_argument(
+        "--record",
+        metavar="FILE",
+        help="also write every model call to FILE as a cassette (for `demo`-style replays "
+        "and tests)",
+    )
+    run.add_argument(
         "--no-worker",
         action="store_true",
         help="do not run a worker in this process (one must run elsewhere: python worker.py)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import difflib
 import os
 import shutil
@@ -117,16 +118,43 @@ async def cmd_run(args: argparse.Namespace) -> int:
             f"the prompt has {len(args.prompt):,} characters (at most {MAX_PROMPT_CHARS:,})",
             "put long material in a file in the workspace and ask the agent to read it",
         )
+    if args.record and args.no_worker:
+        raise CliError("--record needs the worker in this process", "drop --no-worker")
     if not args.no_worker:
         _require_api_key()
     client = await connect(console)
     task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE", "durable-agent")
     async with AsyncExitStack() as stack:
         if not args.no_worker:
+            from activities.model import default_client
             from worker import build_worker
 
-            await stack.enter_async_context(build_worker(client, task_queue))
+            factory = default_client
+            if args.record:
+                factory, task_queue = _recording(stack, Path(args.record), console)
+            await stack.enter_async_context(
+                build_worker(client, task_queue, client_factory=factory)
+            )
         return await run_prompt(client, console, args.prompt, config, task_queue)
+
+
+def _recording(stack: AsyncExitStack, cassette: Path, console: Console) -> tuple[Any, str]:
+    """Send the model calls through a recording proxy; a private task queue keeps other
+    workers (which would not record) off this run."""
+    from activities.model import ClientOptions, default_client
+    from durable_agent.replay.record import RecordingProxy
+
+    if cassette.exists():
+        raise CliError(f"{cassette} exists already", "choose a new file for --record")
+    upstream = os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+    proxy = RecordingProxy(cassette, upstream).start()
+    stack.callback(proxy.stop)
+    console.info(f"recording the model calls to {cassette}")
+
+    def factory(opts: ClientOptions) -> Any:
+        return default_client(dataclasses.replace(opts, base_url=proxy.base_url))
+
+    return factory, f"durable-agent-record-{uuid.uuid4().hex[:8]}"
 
 
 async def run_prompt(

@@ -255,3 +255,35 @@ def test_no_worker_hint_then_ctrl_c_twice_detaches(dev_env, tmp_path):
     assert proc.returncode == 130
     assert "detached; the session goes on: durable-agent status session-" in rest
     assert "Traceback" not in rest
+
+
+def test_run_records_a_cassette_that_replays(dev_env, tmp_path):
+    from durable_agent.replay import load_cassette
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("remember the milk\n")
+    cassette = tmp_path / "session.jsonl"
+    turns = [tool_turn([("r1", "Read", {"file_path": "notes.txt"})]), text_turn("It says: milk.")]
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    with ReplayServer(turns) as upstream:  # stands in for the real API
+        env["ANTHROPIC_BASE_URL"] = upstream.base_url
+        proc = durable_agent(
+            ["run", "read my notes", "--workspace", str(ws), "--record", str(cassette)], env
+        )
+    assert proc.returncode == 0, proc.stderr
+    recorded = load_cassette(cassette)
+    assert [t.response["stop_reason"] for t in recorded if t.response] == ["tool_use", "end_turn"]
+    again = durable_agent(
+        ["run", "read my notes", "--workspace", str(ws), "--record", str(cassette)], env
+    )
+    assert again.returncode == 2 and "exists already" in again.stderr
+    with ReplayServer(recorded) as replay:  # the recording serves the same session again
+        env["ANTHROPIC_BASE_URL"] = replay.base_url
+        proc = durable_agent(["run", "read my notes", "--workspace", str(ws)], env)
+    assert proc.returncode == 0, proc.stderr
+    assert replay.violations == [] and "It says: milk." in proc.stdout
