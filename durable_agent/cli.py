@@ -150,6 +150,18 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-format", choices=FORMATS, default="text")
     demo.add_argument("--keep", action="store_true", help="print the workspace path and keep it")
 
+    chat = sub.add_parser(
+        "chat",
+        help="a multi-turn session: one prompt per line",
+        description="Start (or with --session, continue) a session; each line you type is a "
+        "prompt in the same conversation. /exit or end of input closes the session.",
+    )
+    chat.add_argument("--session", help="continue this running session instead of a new one")
+    _query_options(chat)
+    chat.add_argument(
+        "--no-worker", action="store_true", help="do not run a worker in this process"
+    )
+
     server = sub.add_parser(
         "server", help="start (or show) the local Temporal dev server with its Web UI"
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import difflib
 import os
@@ -15,24 +14,20 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from durable_agent.cli import (
-    EXIT_DETACHED,
     CliError,
     _workspace,
     build_config,
-    exit_code,
-    install_interrupt,
-    new_session_id,
     state_dir,
 )
 from durable_agent.console import Console, result_details
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
-from durable_agent.engine.contracts import SessionInput, SessionStatus
-from durable_agent.engine.state import MAX_PROMPT_CHARS, ProgressEvent, QueryConfig, QueryResult
+from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryConfig, QueryResult
 from durable_agent.replay import ReplayServer, load_cassette
+from durable_agent.watching import run_prompt
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEMO_WORKSPACE = EXAMPLES / "demo-workspace"
@@ -42,6 +37,10 @@ DEMO_CASSETTE = EXAMPLES / "demo.jsonl"
 async def dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return await cmd_run(args)
+    if args.command == "chat":
+        from durable_agent.chat import cmd_chat
+
+        return await cmd_chat(args)
     if args.command == "demo":
         return await cmd_demo(args)
     if args.command == "server":
@@ -155,107 +154,6 @@ def _recording(stack: AsyncExitStack, cassette: Path, console: Console) -> tuple
         return default_client(dataclasses.replace(opts, base_url=proxy.base_url))
 
     return factory, f"durable-agent-record-{uuid.uuid4().hex[:8]}"
-
-
-async def run_prompt(
-    client: Client, console: Console, prompt: str, config: QueryConfig, task_queue: str
-) -> int:
-    """Start a one-prompt session, show its progress, print its result."""
-    from workflows.session import SessionWorkflow, query_workflow_id
-
-    session_id = new_session_id()
-    handle = await client.start_workflow(
-        SessionWorkflow.run,
-        SessionInput(
-            session_id=session_id, config=config, initial_prompt=prompt, close_when_idle=True
-        ),
-        id=session_id,
-        task_queue=task_queue,
-        static_summary=prompt[:200],
-    )
-    console.info(f"session {session_id} (Ctrl-C interrupts; twice detaches)")
-    detached = asyncio.Event()
-
-    def interrupt() -> None:
-        console.info("interrupting…")
-        asyncio.ensure_future(handle.signal(SessionWorkflow.interrupt))
-
-    install_interrupt(interrupt, detached.set)
-    child = client.get_workflow_handle(query_workflow_id(session_id, 1))
-    idle_hint = (
-        f"no progress yet: is a worker running on task queue {task_queue!r}? "
-        "(uv run python worker.py)"
-    )
-    idle_seconds = float(os.environ.get("DURABLE_AGENT_IDLE_HINT_SECONDS", "15"))
-    status = await watch(handle, child, console, detached, idle_hint, idle_seconds)
-    if status is None:
-        console.info(f"detached; the session goes on: durable-agent status {session_id}")
-        return EXIT_DETACHED
-    if status.last_result is None:
-        raise CliError(status.last_error or "the session ended without a result")
-    console.result(session_id, status.last_result)
-    return exit_code(status.last_result.terminal)
-
-
-async def watch(
-    session: WorkflowHandle[Any, SessionStatus],
-    child: WorkflowHandle[Any, Any],
-    console: Console,
-    detached: asyncio.Event,
-    idle_hint: str,
-    idle_seconds: float = 15.0,
-) -> SessionStatus | None:
-    """Print progress events until the session ends (None if the user detached)."""
-    result = asyncio.ensure_future(session.result())
-    stop = asyncio.ensure_future(detached.wait())
-    since = 0
-    started = asyncio.get_running_loop().time()
-    hinted = False
-    try:
-        while True:
-            done = result.done()
-            since = await _show_events(child, console, since)
-            idle = asyncio.get_running_loop().time() - started > idle_seconds
-            if since == 0 and idle and not hinted and not await _started(child):
-                console.info(idle_hint)
-                hinted = True
-            if done:
-                return result.result()
-            if stop.done():
-                return None
-            console.spin("working")
-            await asyncio.wait([result, stop], timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for pending in (stop, result):
-            if not pending.done():
-                pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
-        # An RPC cancelled mid-flight crashes the SDK's native layer if the process exits at
-        # once (DESIGN.md §5): give it a moment to wind down.
-        await asyncio.sleep(0.3)
-
-
-async def _started(child: WorkflowHandle[Any, Any]) -> bool:
-    """Has any worker run the prompt's workflow yet?"""
-    try:
-        desc = await child.describe()
-    except RPCError:
-        return False
-    return desc.raw_description.workflow_execution_info.history_length > 3
-
-
-async def _show_events(child: WorkflowHandle[Any, Any], console: Console, since: int) -> int:
-    try:
-        events = await child.query("progress", since, result_type=list[ProgressEvent])
-    except RPCError:
-        return since  # not started yet
-    except Exception:  # noqa: BLE001 — a failed query must not end the watch
-        return since
-    for event in events:
-        console.event(event)
-        since = event.index + 1
-    return since
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:

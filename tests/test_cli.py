@@ -287,3 +287,27 @@ def test_run_records_a_cassette_that_replays(dev_env, tmp_path):
         proc = durable_agent(["run", "read my notes", "--workspace", str(ws)], env)
     assert proc.returncode == 0, proc.stderr
     assert replay.violations == [] and "It says: milk." in proc.stdout
+
+
+def test_chat_keeps_one_conversation_across_prompts(dev_env, tmp_path):
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    turns = [text_turn("Hello! First answer."), text_turn("Second answer, same conversation.")]
+    with ReplayServer(turns) as server:
+        env["ANTHROPIC_BASE_URL"] = server.base_url
+        proc = subprocess.run(
+            [sys.executable, "-m", "durable_agent", "chat", "--workspace", str(tmp_path)],
+            env=env, cwd=ROOT, input="first question\n\n   \nsecond question\n/exit\n",
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "First answer." in proc.stdout and "Second answer" in proc.stdout
+    assert len(server.requests) == 2
+    second = server.requests[1]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert second[0]["content"][0]["text"] == "first question"
+    assert second[2]["content"][-1]["text"] == "second question"
+    assert proc.stderr.count("completed after 1 turn(s)") == 2

@@ -1,0 +1,111 @@
+"""`durable-agent chat`: a multi-turn session; each line is a prompt sent as an Update."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from contextlib import AsyncExitStack
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_agent.cli import EXIT_DETACHED, CliError, install_interrupt, new_session_id
+from durable_agent.console import Console
+from durable_agent.engine.contracts import PromptRequest, SessionInput
+from durable_agent.engine.state import QueryConfig, QueryResult
+from durable_agent.watching import idle_hint, watch
+
+EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+
+
+async def read_line(prompt: str) -> str | None:
+    """One line from stdin (None at end of input), without blocking the event loop."""
+
+    def read() -> str | None:
+        if sys.stdin.isatty():
+            print(prompt, end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        return line.rstrip("\n") if line else None
+
+    return await asyncio.to_thread(read)
+
+
+async def query_result(child: WorkflowHandle[Any, QueryResult]) -> QueryResult:
+    """The prompt's result; its workflow starts just after the Update returns."""
+    while True:
+        try:
+            return await child.result()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def chat(
+    client: Client, console: Console, config: QueryConfig, task_queue: str, session_id: str | None
+) -> int:
+    from workflows.query import QueryWorkflow
+    from workflows.session import SessionWorkflow
+
+    if session_id is None:
+        session_id = new_session_id()
+        handle = await client.start_workflow(
+            SessionWorkflow.run,
+            SessionInput(session_id=session_id, config=config),
+            id=session_id,
+            task_queue=task_queue,
+            static_summary="chat",
+        )
+    else:
+        handle = client.get_workflow_handle_for(SessionWorkflow.run, session_id)
+    console.info(f"session {session_id}: one prompt per line; /exit or end of input to finish")
+    detached = asyncio.Event()
+    install_interrupt(
+        lambda: asyncio.ensure_future(handle.signal(SessionWorkflow.interrupt)), detached.set
+    )
+    while not detached.is_set():
+        line = await read_line("› ")
+        if line is None or line.strip() in EXIT_WORDS:
+            break
+        if not line.strip():
+            continue
+        try:
+            accepted = await handle.execute_update(
+                SessionWorkflow.submit_prompt, PromptRequest(prompt=line)
+            )
+        except WorkflowUpdateFailedError as exc:
+            console.info(f"not sent: {exc.cause}")
+            continue
+        except RPCError as exc:
+            raise CliError(f"session {session_id} is not running: {exc.message}") from exc
+        child = client.get_workflow_handle_for(QueryWorkflow.run, accepted.query_workflow_id)
+        result = await watch(query_result(child), child, console, detached, *idle_hint(task_queue))
+        if result is None:
+            break
+        console.result(session_id, result)
+    if detached.is_set():
+        console.info(f"detached; the session goes on: durable-agent status {session_id}")
+        return EXIT_DETACHED
+    await handle.signal(SessionWorkflow.close)
+    await handle.result()
+    return 0
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
+    from durable_agent.cli import _workspace, build_config
+    from durable_agent.commands import _require_api_key, connect
+    from worker import build_worker
+
+    console = Console(args.output_format)
+    config = build_config(args, _workspace(args.workspace))
+    if not args.no_worker:
+        _require_api_key()
+    client = await connect(console)
+    task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE", "durable-agent")
+    async with AsyncExitStack() as stack:
+        if not args.no_worker:
+            await stack.enter_async_context(build_worker(client, task_queue))
+        return await chat(client, console, config, task_queue, args.session)

@@ -1,0 +1,124 @@
+"""Showing a prompt's progress while it runs, and its result."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+
+from durable_agent.cli import EXIT_DETACHED, CliError, exit_code, install_interrupt, new_session_id
+from durable_agent.console import Console
+from durable_agent.engine.contracts import SessionInput
+from durable_agent.engine.state import ProgressEvent, QueryConfig
+
+T = TypeVar("T")
+
+
+def idle_hint(task_queue: str) -> tuple[str, float]:
+    """What to say when no worker has picked a prompt up, and after how long."""
+    text = (
+        f"no progress yet: is a worker running on task queue {task_queue!r}? "
+        "(uv run python worker.py)"
+    )
+    return text, float(os.environ.get("DURABLE_AGENT_IDLE_HINT_SECONDS", "15"))
+
+
+async def run_prompt(
+    client: Client, console: Console, prompt: str, config: QueryConfig, task_queue: str
+) -> int:
+    """Start a one-prompt session, show its progress, print its result."""
+    from workflows.session import SessionWorkflow, query_workflow_id
+
+    session_id = new_session_id()
+    handle = await client.start_workflow(
+        SessionWorkflow.run,
+        SessionInput(
+            session_id=session_id, config=config, initial_prompt=prompt, close_when_idle=True
+        ),
+        id=session_id,
+        task_queue=task_queue,
+        static_summary=prompt[:200],
+    )
+    console.info(f"session {session_id} (Ctrl-C interrupts; twice detaches)")
+    detached = asyncio.Event()
+
+    def interrupt() -> None:
+        console.info("interrupting…")
+        asyncio.ensure_future(handle.signal(SessionWorkflow.interrupt))
+
+    install_interrupt(interrupt, detached.set)
+    child = client.get_workflow_handle(query_workflow_id(session_id, 1))
+    status = await watch(handle.result(), child, console, detached, *idle_hint(task_queue))
+    if status is None:
+        console.info(f"detached; the session goes on: durable-agent status {session_id}")
+        return EXIT_DETACHED
+    if status.last_result is None:
+        raise CliError(status.last_error or "the session ended without a result")
+    console.result(session_id, status.last_result)
+    return exit_code(status.last_result.terminal)
+
+
+async def watch(
+    outcome: Awaitable[T],
+    child: WorkflowHandle[Any, Any],
+    console: Console,
+    detached: asyncio.Event,
+    idle_hint: str,
+    idle_seconds: float = 15.0,
+) -> T | None:
+    """Print the prompt's progress events until `outcome` is ready (None if the user detached)."""
+    result = asyncio.ensure_future(outcome)
+    stop = asyncio.ensure_future(detached.wait())
+    since = 0
+    started = asyncio.get_running_loop().time()
+    hinted = False
+    try:
+        while True:
+            done = result.done()
+            since = await _show_events(child, console, since)
+            idle = asyncio.get_running_loop().time() - started > idle_seconds
+            if since == 0 and idle and not hinted and not await _started(child):
+                console.info(idle_hint)
+                hinted = True
+            if done:
+                return result.result()
+            if stop.done():
+                return None
+            console.spin("working")
+            await asyncio.wait([result, stop], timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (stop, result):
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+        # An RPC cancelled mid-flight crashes the SDK's native layer if the process exits at
+        # once (DESIGN.md §5): give it a moment to wind down.
+        await asyncio.sleep(0.3)
+
+
+async def _started(child: WorkflowHandle[Any, Any]) -> bool:
+    """Has any worker run the prompt's workflow yet?"""
+    try:
+        desc = await child.describe()
+    except RPCError:
+        return False
+    return desc.raw_description.workflow_execution_info.history_length > 3
+
+
+async def _show_events(child: WorkflowHandle[Any, Any], console: Console, since: int) -> int:
+    try:
+        events = await child.query("progress", since, result_type=list[ProgressEvent])
+    except RPCError:
+        return since  # not started yet
+    except Exception:  # noqa: BLE001 — a failed query must not end the watch
+        return since
+    for event in events:
+        console.event(event)
+        since = event.index + 1
+    return since
