@@ -87,7 +87,7 @@ async def chat(
             break
         console.result(session_id, result)
     if detached.is_set():
-        console.info(f"detached; the session goes on: durable-agent status {session_id}")
+        console.info(f"detached; the session goes on: durable-agent tail {session_id}")
         return EXIT_DETACHED
     await handle.signal(SessionWorkflow.close)
     await handle.result()
@@ -109,3 +109,33 @@ async def cmd_chat(args: argparse.Namespace) -> int:
         if not args.no_worker:
             await stack.enter_async_context(build_worker(client, task_queue))
         return await chat(client, console, config, task_queue, args.session)
+
+
+async def cmd_tail(args: argparse.Namespace) -> int:
+    """Follow the prompt running in a session until it ends."""
+    from durable_agent.commands import connect
+    from workflows.query import QueryWorkflow
+    from workflows.session import SessionWorkflow
+
+    console = Console("text")
+    client = await connect(console, start_server=False)
+    handle = client.get_workflow_handle_for(SessionWorkflow.run, args.session_id)
+    try:
+        status = await asyncio.wait_for(handle.query(SessionWorkflow.status), 10)
+    except (RPCError, TimeoutError) as exc:
+        raise CliError(
+            f"cannot read session {args.session_id}", "durable-agent status shows why"
+        ) from exc
+    if status.running_query_id is None:
+        console.info(f"session {args.session_id} is not running a prompt now")
+        if status.last_result is not None:
+            console.result(args.session_id, status.last_result)
+        return 0
+    child = client.get_workflow_handle_for(QueryWorkflow.run, status.running_query_id)
+    detached = asyncio.Event()
+    install_interrupt(detached.set, detached.set)
+    result = await watch(child.result(), child, console, detached, "no progress yet", 3600.0)
+    if result is None:
+        return EXIT_DETACHED
+    console.result(args.session_id, result)
+    return 0

@@ -173,6 +173,11 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("session_id")
     status.add_argument("--output-format", choices=("text", "json"), default="text")
 
+    tail = sub.add_parser(
+        "tail", help="follow the prompt running in a session (Ctrl-C stops following)"
+    )
+    tail.add_argument("session_id")
+
     interrupt = sub.add_parser("interrupt", help="interrupt the prompt running in a session")
     interrupt.add_argument("session_id")
 

@@ -41,6 +41,10 @@ async def dispatch(args: argparse.Namespace) -> int:
         from durable_agent.chat import cmd_chat
 
         return await cmd_chat(args)
+    if args.command == "tail":
+        from durable_agent.chat import cmd_tail
+
+        return await cmd_tail(args)
     if args.command == "demo":
         return await cmd_demo(args)
     if args.command == "server":

@@ -55,7 +55,7 @@ async def run_prompt(
     child = client.get_workflow_handle(query_workflow_id(session_id, 1))
     status = await watch(handle.result(), child, console, detached, *idle_hint(task_queue))
     if status is None:
-        console.info(f"detached; the session goes on: durable-agent status {session_id}")
+        console.info(f"detached; the session goes on: durable-agent tail {session_id}")
         return EXIT_DETACHED
     if status.last_result is None:
         raise CliError(status.last_error or "the session ended without a result")

@@ -253,7 +253,7 @@ def test_no_worker_hint_then_ctrl_c_twice_detaches(dev_env, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, rest = proc.communicate(timeout=30)
     assert proc.returncode == 130
-    assert "detached; the session goes on: durable-agent status session-" in rest
+    assert "detached; the session goes on: durable-agent tail session-" in rest
     assert "Traceback" not in rest
 
 
@@ -311,3 +311,48 @@ def test_chat_keeps_one_conversation_across_prompts(dev_env, tmp_path):
     assert second[0]["content"][0]["text"] == "first question"
     assert second[2]["content"][-1]["text"] == "second question"
     assert proc.stderr.count("completed after 1 turn(s)") == 2
+
+
+async def test_tail_follows_a_running_prompt(dev_env, store, tmp_path, task_queue):
+    import asyncio
+
+    from durable_agent.engine.contracts import SessionInput
+    from durable_agent.engine.state import QueryConfig
+    from tests.helpers import replay_client_factory
+    from worker import build_worker
+    from workflows.session import SessionWorkflow
+
+    gate = tmp_path / "go"
+    wait = f"python3 -c \"import os, time\nwhile not os.path.exists('{gate}'): time.sleep(0.05)\""
+    turns = [tool_turn([("w1", "Bash", {"command": wait})]), text_turn("waited well")]
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host)
+    sid = f"tail-{uuid.uuid4()}"
+    config = QueryConfig(workspace=str(tmp_path))
+    with ReplayServer(turns) as server:
+        async with build_worker(dev_env.client, task_queue, store, replay_client_factory(server)):
+            handle = await dev_env.client.start_workflow(
+                SessionWorkflow.run,
+                SessionInput(
+                    session_id=sid, config=config, initial_prompt="wait", close_when_idle=True
+                ),
+                id=sid,
+                task_queue=task_queue,
+            )
+            for _ in range(100):
+                if (await handle.query(SessionWorkflow.status)).running_query_id:
+                    break
+                await asyncio.sleep(0.05)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "durable_agent", "tail", sid, env=env, cwd=ROOT,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            assert proc.stderr is not None
+            seen = b""
+            while b"Bash:" not in seen:  # tail is attached and showing the running tool
+                seen += await asyncio.wait_for(proc.stderr.readline(), 30)
+            gate.write_text("go")
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            await handle.result()
+    assert proc.returncode == 0, err.decode()
+    assert "waited well" in out.decode()
+    assert "completed after 2 turn(s)" in err.decode()
