@@ -1,85 +1,10 @@
-"""`python worker.py`: connects to Temporal, registers the workflows and activities, runs.
-
-The single place where things are wired; tests and the CLI call `build_worker` too.
-"""
-
-from __future__ import annotations
+"""`python worker.py`: connect to Temporal (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE), register the
+workflows and activities on DURABLE_AGENT_TASK_QUEUE (default `durable-agent`), and run."""
 
 import asyncio
-import logging
-import os
 import sys
 
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from temporalio.worker import Worker
-
-from activities.compaction import CompactionActivities
-from activities.model import ClientFactory, ModelActivities, default_client
-from activities.tools import ToolActivities
-from activities.transcript import StoreActivities, TranscriptStore
-from durable_agent.paths import state_home
-from workflows.query import QueryWorkflow
-from workflows.session import SessionWorkflow
-
-DEFAULT_TASK_QUEUE = "durable-agent"
-WORKFLOWS = [SessionWorkflow, QueryWorkflow]
-
-
-def build_worker(
-    client: Client,
-    task_queue: str = DEFAULT_TASK_QUEUE,
-    store: TranscriptStore | None = None,
-    client_factory: ClientFactory = default_client,
-    max_concurrent_activities: int = 50,
-    model: ModelActivities | None = None,
-) -> Worker:
-    store = store or TranscriptStore(state_home())
-    model = model or ModelActivities(store, client_factory, temporal=client)
-    compaction = CompactionActivities(model)
-    tools = ToolActivities(store)
-    stores = StoreActivities(store)
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=WORKFLOWS,
-        activities=[
-            model.call_model,
-            compaction.autocompact,
-            compaction.plan_collapse,
-            tools.run_tool,
-            stores.append_entry,
-            stores.transcript_location,
-        ],
-        max_concurrent_activities=max_concurrent_activities,
-    )
-
-
-def quiet_runtime() -> Runtime:
-    """For the CLI: the SDK core logs only errors (retries and cancellations are routine)."""
-    logging.getLogger("temporalio").setLevel(logging.ERROR)
-    quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
-    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
-
-
-async def connect(
-    address: str | None = None, namespace: str | None = None, runtime: Runtime | None = None
-) -> Client:
-    return await Client.connect(
-        address or os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"),
-        namespace=namespace or os.environ.get("TEMPORAL_NAMESPACE", "default"),
-        data_converter=pydantic_data_converter,
-        runtime=runtime,
-    )
-
-
-async def main() -> None:
-    client = await connect()
-    task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE", DEFAULT_TASK_QUEUE)
-    print(f"worker on task queue {task_queue!r} at {client.service_client.config.target_host}")
-    await build_worker(client, task_queue).run()
-
+from durable_agent.wiring import main
 
 if __name__ == "__main__":
     try:
@@ -87,6 +12,4 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         sys.exit(130)
     except RuntimeError as exc:
-        sys.exit(
-            f"durable-agent worker: {exc}\nhint: is the Temporal server running? Set TEMPORAL_ADDRESS."
-        )
+        sys.exit(f"durable-agent worker: {exc}\nhint: is Temporal running? Set TEMPORAL_ADDRESS.")

@@ -15,12 +15,14 @@ from typing import Any
 
 import anthropic
 import httpx2
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.credentials import Credentials, CredentialsError
 from activities.transcript import TranscriptStore, append_pending
+from durable_agent import telemetry
 from durable_agent.engine.contracts import (
     CallModelInput,
     CallModelOutput,
@@ -178,6 +180,31 @@ class ModelActivities:
             lambda tool_use_id: str(self.store.overflow_path(req.session_id, tool_use_id)),
         )
         self.store.write_overflow(req.session_id, chain, overflowed)
+        with telemetry.tracer().start_as_current_span(
+            f"chat {req.request.model}", kind=SpanKind.CLIENT
+        ) as span:
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.system": telemetry.SYSTEM,
+                    "gen_ai.request.model": req.request.model,
+                    "gen_ai.request.max_tokens": request["max_tokens"],
+                    "durable_agent.session_id": req.session_id,
+                    "durable_agent.attempt": info.attempt,
+                }
+            )
+            return await self._call(req, request, parent, track, span)
+
+    async def _call(
+        self,
+        req: CallModelInput,
+        request: dict[str, Any],
+        parent: str | None,
+        track: RetryTrack,
+        span: Span,
+    ) -> CallModelOutput:
+        """Stream the request; store and describe the answer, or classify the failure."""
+        info = activity.info()
         try:
             final = await self._stream(request, track, req)
         except (
@@ -188,6 +215,8 @@ class ModelActivities:
             CredentialsError,
         ) as exc:
             decision = self._decide(exc, req, track)
+            span.set_status(Status(StatusCode.ERROR, decision.error_type))
+            span.set_attribute("error.type", decision.error_type)
             if decision.kind.value in WITHHELD_KINDS:
                 return _withheld(req, decision)
             activity.heartbeat(decision.track.model_dump(mode="json"))
@@ -204,6 +233,7 @@ class ModelActivities:
             {"role": "assistant", "content": [b.model_dump() for b in final.content]}
         )
         self.store.append(req.session_id, req.assistant_uuid, parent, message)
+        _record_usage(span, final)
         return CallModelOutput(
             assistant_uuid=req.assistant_uuid,
             stop_reason=final.stop_reason,
@@ -216,7 +246,7 @@ class ModelActivities:
             text=message.text()[:TEXT_PREVIEW_CHARS],
             tool_calls=[_tool_call(b.id, b.name, b.input) for b in message.tool_uses()],
             model=final.model or req.request.model,
-            attempt=activity.info().attempt,
+            attempt=info.attempt,
         )
 
     async def _tool_ready(self, req: CallModelInput, block: ToolUseBlock) -> None:
@@ -289,6 +319,24 @@ class ModelActivities:
             await handle.signal("model_retry", notice)
         except Exception as exc:  # noqa: BLE001
             activity.logger.warning("could not tell the workflow about a retry: %s", exc)
+
+
+def _record_usage(span: Span, final: anthropic.types.Message) -> None:
+    usage = final.usage
+    span.set_attributes(
+        {
+            "gen_ai.response.model": final.model,
+            "gen_ai.response.id": final.id,
+            "gen_ai.response.finish_reasons": [final.stop_reason or ""],
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.usage.cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+            "gen_ai.usage.cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
+        }
+    )
+    histogram = telemetry.token_usage()
+    for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+        histogram.record(count, {"gen_ai.token.type": kind, "gen_ai.response.model": final.model})
 
 
 def _withheld(req: CallModelInput, decision: ErrorDecision) -> CallModelOutput:

@@ -97,7 +97,7 @@ async def chat(
 async def cmd_chat(args: argparse.Namespace) -> int:
     from durable_agent.cli import _workspace, build_config
     from durable_agent.commands import _require_api_key, connect
-    from worker import build_worker
+    from durable_agent.wiring import build_worker
 
     console = Console(args.output_format)
     config = build_config(args, _workspace(args.workspace))

@@ -17,6 +17,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from durable_agent import telemetry
 from durable_agent.cli import (
     CliError,
     _workspace,
@@ -60,8 +61,8 @@ async def dispatch(args: argparse.Namespace) -> int:
 
 async def connect(console: Console, start_server: bool = True) -> Client:
     """TEMPORAL_ADDRESS if set; else the dev server of this state dir (started if needed)."""
-    from worker import connect as worker_connect
-    from worker import quiet_runtime
+    from durable_agent.wiring import connect as worker_connect
+    from durable_agent.wiring import quiet_runtime
 
     address = os.environ.get("TEMPORAL_ADDRESS")
     hint = "check TEMPORAL_ADDRESS, or unset it to use the embedded dev server"
@@ -88,6 +89,7 @@ async def connect(console: Console, start_server: bool = True) -> Client:
         address, hint = info.address, f"see the dev server log {info.log_path}"
         attempts = 30  # a dev server that just started may need a few seconds
     last: Exception | None = None
+    telemetry.setup_from_env()
     runtime = quiet_runtime()
     for _ in range(attempts):
         try:
@@ -130,7 +132,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     async with AsyncExitStack() as stack:
         if not args.no_worker:
             from activities.model import default_client
-            from worker import build_worker
+            from durable_agent.wiring import build_worker
 
             factory = default_client
             if args.record:
@@ -164,7 +166,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     import anthropic
 
     from activities.model import ClientOptions
-    from worker import build_worker
+    from durable_agent.wiring import build_worker
 
     console = Console(args.output_format)
     if not DEMO_CASSETTE.exists() or not DEMO_WORKSPACE.is_dir():

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
+from durable_agent import telemetry
 from durable_agent.cli import EXIT_DETACHED, CliError, exit_code, install_interrupt, new_session_id
 from durable_agent.console import Console
 from durable_agent.engine.contracts import SessionInput
@@ -32,9 +33,27 @@ async def run_prompt(
     client: Client, console: Console, prompt: str, config: QueryConfig, task_queue: str
 ) -> int:
     """Start a one-prompt session, show its progress, print its result."""
-    from workflows.session import SessionWorkflow, query_workflow_id
 
     session_id = new_session_id()
+    with telemetry.tracer().start_as_current_span("invoke_agent durable-agent") as span:
+        span.set_attributes(
+            {"gen_ai.operation.name": "invoke_agent", "durable_agent.session_id": session_id}
+        )
+        code = await _run_session(client, console, prompt, config, task_queue, session_id)
+        span.set_attribute("durable_agent.exit_code", code)
+        return code
+
+
+async def _run_session(
+    client: Client,
+    console: Console,
+    prompt: str,
+    config: QueryConfig,
+    task_queue: str,
+    session_id: str,
+) -> int:
+    from workflows.session import SessionWorkflow, query_workflow_id
+
     handle = await client.start_workflow(
         SessionWorkflow.run,
         SessionInput(

@@ -24,7 +24,7 @@ from durable_agent.engine.contracts import (
     ToolReady,
 )
 from durable_agent.engine.messages import Usage
-from worker import WORKFLOWS
+from durable_agent.wiring import WORKFLOWS
 
 SAFE = {"Read", "Grep", "Glob"}
 

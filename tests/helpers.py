@@ -13,7 +13,7 @@ from activities.transcript import TranscriptStore
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import QueryConfig
 from durable_agent.replay import ReplayServer
-from worker import build_worker
+from durable_agent.wiring import build_worker
 from workflows.session import SessionWorkflow
 
 

@@ -318,8 +318,8 @@ async def test_tail_follows_a_running_prompt(dev_env, store, tmp_path, task_queu
 
     from durable_agent.engine.contracts import SessionInput
     from durable_agent.engine.state import QueryConfig
+    from durable_agent.wiring import build_worker
     from tests.helpers import replay_client_factory
-    from worker import build_worker
     from workflows.session import SessionWorkflow
 
     gate = tmp_path / "go"

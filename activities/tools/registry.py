@@ -19,8 +19,9 @@ from activities.tools.grep import run_grep
 from activities.tools.read import run_read
 from activities.tools.write import run_write
 from activities.transcript import TranscriptError, TranscriptStore
+from durable_agent import telemetry
 from durable_agent.engine.contracts import RunToolInput, RunToolOutput
-from durable_agent.engine.messages import ToolResultBlock
+from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
 from durable_agent.engine.tools import TOOL_SPECS
 
 ToolImpl = Callable[[Any, Workspace], Awaitable[ToolOutput]]
@@ -86,6 +87,11 @@ class ToolActivities:
     def __init__(self, store: TranscriptStore) -> None:
         self.store = store
 
+    async def _execute(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
+        async with heartbeating():
+            overflow = (self.store.overflow_dir(req.session_id),)
+            return await execute_tool(block.name, block.input, req.workspace, overflow)
+
     @activity.defn(name="run_tool")
     async def run_tool(self, req: RunToolInput) -> RunToolOutput:
         try:
@@ -93,13 +99,14 @@ class ToolActivities:
         except TranscriptError as exc:
             output = ToolOutput(f"tool call could not be loaded: {exc}", is_error=True)
         else:
-            async with heartbeating():
-                output = await execute_tool(
-                    block.name,
-                    block.input,
-                    req.workspace,
-                    (self.store.overflow_dir(req.session_id),),
-                )
+            span_name = f"execute_tool {block.name}"
+            with telemetry.tracer().start_as_current_span(span_name) as span:
+                span.set_attributes(
+                    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": block.name,
+                     "gen_ai.tool.call.id": block.id}
+                )  # fmt: skip
+                output = await self._execute(req, block)
+                span.set_attribute("durable_agent.tool.is_error", output.is_error)
         result = ToolResultBlock(
             tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
         )
