@@ -4,12 +4,15 @@ workflows and activities on DURABLE_AGENT_TASK_QUEUE (default `durable-agent`), 
 import asyncio
 import sys
 
+from durable_agent.cli import hard_exit
 from durable_agent.wiring import main
 
 if __name__ == "__main__":
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
-        sys.exit(130)
+        hard_exit(130)
     except RuntimeError as exc:
-        sys.exit(f"durable-agent worker: {exc}\nhint: is Temporal running? Set TEMPORAL_ADDRESS.")
+        print(f"durable-agent worker: {exc}", file=sys.stderr)
+        print("hint: is Temporal running? Set TEMPORAL_ADDRESS.", file=sys.stderr)
+        hard_exit(1)

@@ -265,7 +265,18 @@ def main(argv: list[str] | None = None) -> None:
         code = fail(str(exc), exc.hint)
     except KeyboardInterrupt:
         code = EXIT_DETACHED
-    sys.exit(code)
+    hard_exit(code)
+
+
+def hard_exit(code: int) -> None:
+    """Exit without interpreter finalization, where the SDK's native layer can abort the process
+    (DESIGN.md §5: SIGABRT/SIGSEGV at exit); everything is flushed first."""
+    from durable_agent import telemetry
+
+    telemetry.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def exit_code(terminal: Terminal) -> int:

@@ -57,3 +57,11 @@ def plugins() -> list[Any]:
     if not isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider):
         return []
     return [OpenTelemetryPlugin(add_temporal_spans=True)]
+
+
+def shutdown() -> None:
+    """Flush and stop the tracer provider, if one was installed."""
+    provider = trace.get_tracer_provider()
+    stop = getattr(provider, "shutdown", None)
+    if callable(stop):
+        stop()
