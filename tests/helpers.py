@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -51,4 +52,19 @@ async def run_session(
             id=session_id,
             task_queue=task_queue,
         )
+    await record_histories(client, session_id)
     return session_id, status
+
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+async def record_histories(client: Client, session_id: str) -> None:
+    """With RECORD_HISTORIES=1, keep the session's and its first prompt's histories as replay
+    fixtures, named after the running test."""
+    if not os.environ.get("RECORD_HISTORIES"):
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "unknown").split("::")[-1].split(" ")[0]
+    for suffix, workflow_id in (("session", session_id), ("query", f"{session_id}-q1")):
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        (HISTORIES / f"{test.removeprefix('test_')}.{suffix}.json").write_text(history.to_json())

@@ -199,3 +199,37 @@ async def test_session_runs_prompts_in_sequence_and_validates_updates(ts_env, ta
     assert fakes.model_calls[1].new_user.parent_uuid == first.head_uuid  # type: ignore[union-attr]
     assert fakes.model_calls[1].config.max_turns == 3
     assert final.queries == 2 and final.head_uuid == second.head_uuid and final.closed
+
+
+async def test_session_continues_as_new_between_prompts(ts_env, task_queue):
+    fakes = Fakes(script=[reply("one"), reply("two"), reply("three")])
+    sid = f"sess-{uuid.uuid4()}"
+    async with fakes.worker(ts_env.client, task_queue):
+        handle = await ts_env.client.start_workflow(
+            SessionWorkflow.run,
+            SessionInput(session_id=sid, config=QueryConfig(), queries_per_run=1),
+            id=sid,
+            task_queue=task_queue,
+        )
+        for index, prompt in enumerate(["a", "b", "c"], start=1):
+            accepted = await handle.execute_update(
+                SessionWorkflow.submit_prompt, PromptRequest(prompt=prompt)
+            )
+            assert accepted.query_workflow_id == f"{sid}-q{index}"
+            for _ in range(200):  # the prompt's workflow starts after the Update returns
+                try:
+                    result = await ts_env.client.get_workflow_handle_for(
+                        QueryWorkflow.run, accepted.query_workflow_id
+                    ).result()
+                    break
+                except Exception:  # noqa: BLE001 — not started yet
+                    await asyncio.sleep(0.05)
+            assert result.terminal == Terminal.COMPLETED
+        await handle.signal(SessionWorkflow.close)
+        final = await handle.result()
+    assert final.queries == 3 and final.head_uuid == result.head_uuid
+    parents = [c.new_user.parent_uuid for c in fakes.model_calls]  # type: ignore[union-attr]
+    assert parents[0] is None and parents[1] is not None and parents[2] is not None
+    assert parents[1] != parents[2]  # each prompt continues from the previous answer
+    first = ts_env.client.get_workflow_handle(sid, run_id=handle.result_run_id)
+    assert (await first.describe()).status.name == "CONTINUED_AS_NEW"

@@ -1,7 +1,7 @@
 """Recorded workflow histories must replay against the current workflow code (determinism).
 
-They are the histories of tests/test_streaming_tools.py, recorded with
-`RECORD_HISTORIES=1 uv run pytest tests/test_streaming_tools.py`. A change to workflow logic
+They are histories of tests/test_streaming_tools.py and of tests that run whole sessions
+(tests/helpers.run_session), recorded with `RECORD_HISTORIES=1 uv run pytest <tests>`. A change to workflow logic
 that breaks one must go behind `workflow.patched`, not be fixed by re-recording.
 """
 
@@ -24,7 +24,7 @@ def test_histories_are_committed():
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path):
-    history = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+    history = WorkflowHistory.from_json(path.stem.split(".")[0], json.loads(path.read_text()))
     replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

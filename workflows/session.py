@@ -19,8 +19,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import STORE_RETRY, STORE_TIMEOUT
     from workflows.query import QueryWorkflow
 
-QUERIES_PER_RUN = 50
-
 
 def query_workflow_id(session_id: str, index: int) -> str:
     return f"{session_id}-q{index}"
@@ -119,7 +117,7 @@ class SessionWorkflow:
             )
             if self._pending is None:
                 break
-            if runs_here >= QUERIES_PER_RUN or workflow.info().is_continue_as_new_suggested():
+            if runs_here >= inp.queries_per_run or workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     SessionInput(
@@ -131,6 +129,7 @@ class SessionWorkflow:
                         close_when_idle=inp.close_when_idle,
                         queries=self._queries,
                         context_tokens=self._context_tokens,
+                        queries_per_run=inp.queries_per_run,
                     )
                 )
             runs_here += 1

@@ -154,6 +154,8 @@ class SessionInput(BaseModel):
     """End the session after the initial prompt (headless `run`)."""
     queries: int = 0
     context_tokens: int = 0
+    queries_per_run: int = Field(default=50, ge=1)
+    """Continue-as-new after this many prompts, carrying the conversation head."""
 
 
 class PromptRequest(BaseModel):
