@@ -9,7 +9,6 @@ import logging
 import os
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
@@ -19,6 +18,7 @@ from activities.tools import ToolActivities
 from activities.transcript import StoreActivities, TranscriptStore
 from durable_agent import telemetry
 from durable_agent.paths import state_home
+from durable_agent.payloads import data_converter
 from workflows.query import QueryWorkflow
 from workflows.session import SessionWorkflow
 
@@ -65,12 +65,12 @@ def quiet_runtime() -> Runtime:
 async def connect(
     address: str | None = None, namespace: str | None = None, runtime: Runtime | None = None
 ) -> Client:
-    """A client with the pydantic converter and the OpenTelemetry plugin (a no-op unless a
-    tracer provider is installed, see durable_agent.telemetry)."""
+    """A client with the pydantic converter (payloads over 256 KiB offloaded to the state dir)
+    and the OpenTelemetry plugin when a tracer provider is installed."""
     return await Client.connect(
         address or os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"),
         namespace=namespace or os.environ.get("TEMPORAL_NAMESPACE", "default"),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(state_home()),
         runtime=runtime,
         plugins=telemetry.plugins(),
     )

@@ -167,3 +167,29 @@ async def test_a_tool_runs_while_the_model_streams(dev_env, store, workspace, ta
     assert 2.0 <= turn <= 1.25 * max(2.0, 1.5), turn
     answered = server.requests[1]["messages"][-1]["content"][0]
     assert answered["tool_use_id"] == "s1" and not answered.get("is_error")
+
+
+async def test_an_oversized_payload_is_offloaded_not_stuck(
+    dev_env, store, workspace, task_queue, tmp_path
+):
+    """A 300 KB system prompt travels in the workflow and activity inputs: every payload over
+    256 KiB goes to the external payload store, and the history stays small."""
+    from temporalio.client import Client
+
+    from durable_agent.payloads import data_converter
+
+    client = await Client.connect(
+        dev_env.client.service_client.config.target_host,
+        data_converter=data_converter(tmp_path / "home"),
+    )
+    huge = "Project rules. " * 20_000  # ~300 KB
+    with ReplayServer([text_turn("ok")]) as server:
+        sid, status = await run_session(
+            client, server, store, workspace, "go", task_queue, system_prompt=huge
+        )
+    assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
+    assert huge in server.requests[0]["system"][0]["text"]
+    stored = list((tmp_path / "home" / "payloads").rglob("*.bin"))
+    assert stored and all(p.stat().st_size > 256 * 1024 for p in stored)
+    history = await client.get_workflow_handle(query_workflow_id(sid, 1)).fetch_history()
+    assert max(e.ByteSize() for e in history.events) < 64 * 1024

@@ -1,0 +1,69 @@
+"""The data converter: pydantic models, and a filesystem store for any payload over 256 KiB.
+
+The workflows never send large payloads by design (ids, not transcripts); this is the safety
+net DESIGN.md §3 asks for, so that an oversized payload is offloaded instead of leaving a
+workflow stuck. Payloads are content-addressed files under `$DURABLE_AGENT_HOME/payloads`,
+which the client and every worker must share (a fleet would use the S3 driver instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    ExternalStorage,
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
+
+
+class FilesystemDriver(StorageDriver):
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def name(self) -> str:
+        return "durable-agent-fs"
+
+    async def store(
+        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+    ) -> list[StorageDriverClaim]:
+        return await asyncio.to_thread(lambda: [self._store(p) for p in payloads])
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        return await asyncio.to_thread(lambda: [self._retrieve(c) for c in claims])
+
+    def _store(self, payload: Payload) -> StorageDriverClaim:
+        data = payload.SerializeToString()
+        digest = hashlib.sha256(data).hexdigest()
+        target = self.root / digest[:2] / f"{digest}.bin"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(data)
+            tmp.replace(target)
+        return StorageDriverClaim(claim_data={"sha256": digest})
+
+    def _retrieve(self, claim: StorageDriverClaim) -> Payload:
+        digest = claim.claim_data["sha256"]
+        data = (self.root / digest[:2] / f"{digest}.bin").read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ValueError(f"stored payload {digest} is corrupt")
+        payload = Payload()
+        payload.ParseFromString(data)
+        return payload
+
+
+def data_converter(home: Path) -> DataConverter:
+    storage = ExternalStorage(drivers=[FilesystemDriver(home / "payloads")])
+    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
