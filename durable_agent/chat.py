@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-from contextlib import AsyncExitStack
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -95,19 +93,10 @@ async def chat(
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
-    from durable_agent.cli import _workspace, build_config
-    from durable_agent.commands import _require_api_key, connect
-    from durable_agent.wiring import build_worker
+    from durable_agent.commands import prepared
 
     console = Console(args.output_format)
-    config = build_config(args, _workspace(args.workspace))
-    if not args.no_worker:
-        _require_api_key()
-    client = await connect(console)
-    task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE", "durable-agent")
-    async with AsyncExitStack() as stack:
-        if not args.no_worker:
-            await stack.enter_async_context(build_worker(client, task_queue))
+    async with prepared(args, console) as (client, config, task_queue):
         return await chat(client, console, config, task_queue, args.session)
 
 

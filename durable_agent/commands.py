@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import difflib
 import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -115,7 +117,6 @@ def _require_api_key() -> None:
 
 async def cmd_run(args: argparse.Namespace) -> int:
     console = Console(args.output_format)
-    config = build_config(args, _workspace(args.workspace))
     if not args.prompt.strip():
         raise CliError("the prompt is empty", 'durable-agent run "what to do"')
     if len(args.prompt) > MAX_PROMPT_CHARS:
@@ -125,22 +126,34 @@ async def cmd_run(args: argparse.Namespace) -> int:
         )
     if args.record and args.no_worker:
         raise CliError("--record needs the worker in this process", "drop --no-worker")
+    record = Path(args.record) if args.record else None
+    async with prepared(args, console, record) as (client, config, task_queue):
+        return await run_prompt(client, console, args.prompt, config, task_queue)
+
+
+@contextlib.asynccontextmanager
+async def prepared(
+    args: argparse.Namespace, console: Console, record: Path | None = None
+) -> AsyncIterator[tuple[Client, QueryConfig, str]]:
+    """Config from the options, a Temporal client, and (unless --no-worker) a worker in this
+    process for the duration."""
+    from activities.model import default_client
+    from durable_agent.wiring import build_worker
+
+    config = build_config(args, _workspace(args.workspace))
     if not args.no_worker:
         _require_api_key()
     client = await connect(console)
     task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE", "durable-agent")
     async with AsyncExitStack() as stack:
         if not args.no_worker:
-            from activities.model import default_client
-            from durable_agent.wiring import build_worker
-
             factory = default_client
-            if args.record:
-                factory, task_queue = _recording(stack, Path(args.record), console)
+            if record is not None:
+                factory, task_queue = _recording(stack, record, console)
             await stack.enter_async_context(
                 build_worker(client, task_queue, client_factory=factory)
             )
-        return await run_prompt(client, console, args.prompt, config, task_queue)
+        yield client, config, task_queue
 
 
 def _recording(stack: AsyncExitStack, cassette: Path, console: Console) -> tuple[Any, str]:
