@@ -10,12 +10,15 @@ import asyncio
 import fnmatch
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from temporalio import activity
 
 from activities.credentials import settings_path
+from durable_agent.engine.contracts import StopHooksInput, StopHooksOutput
 
 DEFAULT_TIMEOUT_SECONDS = 60
 OUTPUT_CHARS = 4_000
@@ -100,3 +103,41 @@ async def run_hooks(
             )
         )
     return outcomes
+
+
+class HookActivities:
+    """Hooks that the loop runs as activities."""
+
+    def __init__(self, transcript_path: Callable[[str], Path]) -> None:
+        self.transcript_path = transcript_path
+
+    @activity.defn(name="run_stop_hooks")
+    async def run_stop_hooks(self, req: StopHooksInput) -> StopHooksOutput:
+        """Claude Code's Stop hooks: exit 2 or {"decision": "block"} feeds the reason back to
+        the model; {"continue": false} ends the query."""
+        payload = {
+            "session_id": req.session_id,
+            "transcript_path": str(self.transcript_path(req.session_id)),
+            "stop_hook_active": req.stop_hook_active,
+        }
+        out = StopHooksOutput()
+        for outcome in await run_hooks("Stop", "", payload, Path(req.workspace)):
+            decision = _json(outcome.stdout) if outcome.exit_code == 0 else {}
+            if decision.get("continue") is False:
+                out.prevent_continuation = True
+                out.stop_reason = str(decision.get("stopReason") or "")
+            elif outcome.blocking:
+                out.blocking_errors.append(outcome.stderr.strip() or "a Stop hook blocked stopping")
+            elif decision.get("decision") == "block":
+                out.blocking_errors.append(
+                    str(decision.get("reason") or "a Stop hook blocked stopping")
+                )
+        return out
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -13,6 +13,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.worker import Worker
 
 from activities.compaction import CompactionActivities
+from activities.hooks import HookActivities
 from activities.model import ClientFactory, ModelActivities, default_client
 from activities.tools import ToolActivities
 from activities.transcript import StoreActivities, TranscriptStore
@@ -39,6 +40,7 @@ def build_worker(
     compaction = CompactionActivities(model)
     tools = ToolActivities(store)
     stores = StoreActivities(store)
+    hooks = HookActivities(store.transcript_path)
     return Worker(
         client,
         task_queue=task_queue,
@@ -50,6 +52,7 @@ def build_worker(
             tools.run_tool,
             stores.append_entry,
             stores.transcript_location,
+            hooks.run_stop_hooks,
         ],
         max_concurrent_activities=max_concurrent_activities,
     )

@@ -20,6 +20,8 @@ from durable_agent.engine.contracts import (
     CallModelOutput,
     RunToolInput,
     RunToolOutput,
+    StopHooksInput,
+    StopHooksOutput,
     ToolCall,
     ToolReady,
 )
@@ -161,6 +163,10 @@ class Fakes:
     async def append_entry(self, req: AppendEntryInput) -> AppendEntryOutput:
         self.appended.append(req)
         return AppendEntryOutput(uuid=req.entry.uuid)
+
+    @activity.defn(name="run_stop_hooks")
+    async def run_stop_hooks(self, req: StopHooksInput) -> StopHooksOutput:
+        return StopHooksOutput()
 
     @activity.defn(name="transcript_location")
     async def transcript_location(self, session_id: str) -> str:

@@ -62,11 +62,17 @@ async def test_429_honours_retry_after(ts_env, store, workspace, task_queue):
     server, result, sid = await run(ts_env, store, workspace, task_queue, turns)
     assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
     history = await ts_env.client.get_workflow_handle(query_workflow_id(sid, 1)).fetch_history()
-    times = {e.event_type: e.event_time.ToDatetime() for e in history.events}
-    waited = (
-        times[EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
-        - times[EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    # the model call is the first activity: from its scheduling to its (second) attempt's start
+    scheduled = next(
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     )
+    started = next(
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id == scheduled.event_id
+    )
+    waited = started.event_time.ToDatetime() - scheduled.event_time.ToDatetime()
     assert 2 <= waited.total_seconds() < 3  # the second attempt started after the server's 2 s
 
 

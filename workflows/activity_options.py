@@ -20,6 +20,8 @@ with workflow.unsafe.imports_passed_through():
         PlanCollapseOutput,
         RunToolInput,
         RunToolOutput,
+        StopHooksInput,
+        StopHooksOutput,
     )
     from durable_agent.engine.errors import (
         MAX_DELAY_SECONDS,
@@ -104,6 +106,20 @@ def plan_collapse(req: PlanCollapseInput) -> Awaitable[PlanCollapseOutput]:
         result_type=PlanCollapseOutput,
         start_to_close_timeout=STORE_TIMEOUT,
         retry_policy=STORE_RETRY,
+    )
+
+
+HOOK_TIMEOUT = timedelta(minutes=10)
+
+
+def run_stop_hooks(req: StopHooksInput) -> Awaitable[StopHooksOutput]:
+    return workflow.execute_activity(
+        "run_stop_hooks",
+        req,
+        result_type=StopHooksOutput,
+        start_to_close_timeout=HOOK_TIMEOUT,
+        retry_policy=RetryPolicy(maximum_attempts=1),
+        summary="Stop hooks",
     )
 
 

@@ -23,16 +23,19 @@ with workflow.unsafe.imports_passed_through():
         RetryNotice,
         RunToolInput,
         RunToolOutput,
+        StopHooksInput,
         ToolCall,
         ToolReady,
         WithheldError,
     )
     from durable_agent.engine.errors import FALLBACK_TRIGGERED
     from durable_agent.engine.loop import (
+        AfterStopHooks,
         PreCall,
         Recovery,
         after_compaction,
         after_model_response,
+        after_stop_hooks,
         before_model_call,
         compaction_failed,
         drain_target,
@@ -61,6 +64,9 @@ from workflows.failures import duration, error_text, error_type, model_error, to
 from workflows.streaming_tools import StreamingToolExecutor
 
 T = TypeVar("T")
+
+STOP_HOOKS_PATCH = "stop-hooks-v1"
+"""Histories recorded before Stop hooks existed end without the hooks activity."""
 
 
 class _Interrupted(Exception):
@@ -254,6 +260,17 @@ class QueryWorkflow:
                 continue
             if out.text:
                 self._emit("text", out.text)
+            if (
+                after.terminal == Terminal.COMPLETED
+                and cfg.stop_hooks
+                and workflow.patched(STOP_HOOKS_PATCH)
+            ):
+                hooked = await self._stop_hooks(inp, state)
+                if hooked.terminal is None:
+                    state = hooked.state
+                    self._emit("status", "a Stop hook blocked: continuing with its feedback")
+                    continue
+                return await self._finish(hooked.state, hooked.terminal, hooked.message, out.text)
             if after.terminal is not None:
                 return await self._finish(state, after.terminal, after.message, out.text)
             if not after.run_tools:
@@ -281,6 +298,28 @@ class QueryWorkflow:
                     state, Terminal.MAX_TURNS, f"reached the maximum of {cfg.max_turns} turns"
                 )
             state = state.next(Transition.NEXT_TURN, turn_count=state.turn_count + 1)
+
+    async def _stop_hooks(self, inp: QueryInput, state: State) -> AfterStopHooks:
+        """Claude is done: the user's Stop hooks may send it back to work, or stop the query."""
+        req = StopHooksInput(
+            session_id=inp.session_id,
+            workspace=inp.config.workspace,
+            stop_hook_active=state.stop_hook_active,
+        )
+        try:
+            out = await self._guarded(steps.run_stop_hooks(req))
+        except _Interrupted:
+            return AfterStopHooks(state=state, terminal=Terminal.COMPLETED)
+        except ActivityError as exc:
+            self._emit("status", f"Stop hooks did not run: {error_text(exc)}", is_error=True)
+            return AfterStopHooks(state=state, terminal=Terminal.COMPLETED)
+        return after_stop_hooks(
+            state,
+            out.blocking_errors,
+            out.prevent_continuation,
+            out.stop_reason,
+            str(workflow.uuid4()),
+        )
 
     async def _prepare_context(self, inp: QueryInput, state: State) -> State | QueryResult:
         """Before a call: warn near the limit, autocompact over the threshold, or stop at the

@@ -176,3 +176,18 @@ class SessionStatus(BaseModel):
     last_result: QueryResult | None = None
     last_error: str | None = None
     closed: bool = False
+
+
+class StopHooksInput(BaseModel):
+    session_id: str
+    workspace: str
+    stop_hook_active: bool
+    """True when the loop already continued because of a Stop hook (hooks use it to avoid
+    blocking forever)."""
+
+
+class StopHooksOutput(BaseModel):
+    blocking_errors: list[str] = Field(default_factory=list)
+    """What blocking hooks said: sent to the model, and the loop goes on."""
+    prevent_continuation: bool = False
+    stop_reason: str = ""

@@ -260,3 +260,37 @@ def compaction_failed(state: State) -> State:
             "compaction": state.compaction.model_copy(update={"consecutive_failures": failures})
         }
     )
+
+
+STOP_HOOK_FEEDBACK = "Stop hook feedback:\n{errors}"
+MAX_STOP_HOOK_BLOCKS = 5
+"""A Stop hook that never lets the query end would loop forever (and spend tokens)."""
+
+
+class AfterStopHooks(BaseModel):
+    """Continue with `state` (a blocking hook spoke), or end with `terminal`."""
+
+    state: State
+    terminal: Terminal | None = None
+    message: str = ""
+
+
+def after_stop_hooks(
+    state: State, blocking_errors: list[str], prevent: bool, stop_reason: str, new_uuid: str
+) -> AfterStopHooks:
+    if prevent:
+        reason = stop_reason or "a Stop hook prevented continuation"
+        return AfterStopHooks(state=state, terminal=Terminal.STOP_HOOK_PREVENTED, message=reason)
+    if (
+        blocking_errors
+        and state.transitions.count(Transition.STOP_HOOK_BLOCKING) >= MAX_STOP_HOOK_BLOCKS
+    ):
+        message = f"Stop hooks blocked {MAX_STOP_HOOK_BLOCKS} times; stopping: {blocking_errors[0]}"
+        return AfterStopHooks(state=state, terminal=Terminal.STOP_HOOK_PREVENTED, message=message)
+    if blocking_errors:
+        feedback = STOP_HOOK_FEEDBACK.format(errors="\n".join(blocking_errors))
+        pending = PendingUser(uuid=new_uuid, parent_uuid=state.head_uuid, prompt=feedback)
+        return AfterStopHooks(
+            state=state.next(Transition.STOP_HOOK_BLOCKING, pending=pending, stop_hook_active=True)
+        )
+    return AfterStopHooks(state=state, terminal=Terminal.COMPLETED)

@@ -115,6 +115,8 @@ class QueryConfig(BaseModel):
     """Start tools while the model streams (StreamingToolExecutor); off: after the stream."""
     eager_tools: EagerTools = EagerTools.SAFE
     """Which tools may start before the stream ends (see EagerTools)."""
+    stop_hooks: bool = True
+    """Run the user's Stop hooks (Claude Code settings) when Claude finishes."""
     compact_max_tokens: int = Field(default=16_000, ge=1_000)
     """Output cap of a summary (it must fit the 20k summary reserve)."""
     iterations_per_run: int = Field(default=DEFAULT_ITERATIONS_PER_RUN, ge=1)
@@ -187,6 +189,7 @@ class State(BaseModel):
     strip_images: bool = False
     task_budget_remaining: int | None = None
     warned_context: bool = False
+    stop_hook_active: bool = False
 
     def next(self, transition: Transition, **changes: object) -> State:
         """A new State for a `continue`, recording why. A new turn resets the once-per-turn
