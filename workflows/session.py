@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
@@ -74,7 +74,12 @@ class SessionWorkflow:
     async def interrupt(self) -> None:
         """Interrupt the running prompt, if any."""
         if self._running is not None:
-            await workflow.get_external_workflow_handle(self._running).signal("interrupt")
+            try:
+                await workflow.get_external_workflow_handle(self._running).signal("interrupt")
+            except FailureError:
+                # The prompt finished while the signal was on its way: nothing to interrupt,
+                # and the session must not fail over it.
+                workflow.logger.info("interrupt arrived after %s ended", self._running)
 
     @workflow.signal
     def close(self) -> None:
