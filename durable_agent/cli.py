@@ -20,7 +20,6 @@ from durable_agent.engine.state import (
     QueryConfig,
     Terminal,
 )
-from durable_agent.paths import state_home
 
 EXIT_USAGE = 2
 EXIT_STOPPED = 1
@@ -296,7 +295,3 @@ def install_interrupt(on_first: object, on_second: object) -> None:
         loop.add_signal_handler(signal.SIGINT, handler)
     except (NotImplementedError, RuntimeError):
         pass
-
-
-def state_dir() -> Path:
-    return state_home()

@@ -24,11 +24,11 @@ from durable_agent.cli import (
     CliError,
     _workspace,
     build_config,
-    state_dir,
 )
 from durable_agent.console import Console, result_details
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
 from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryConfig, QueryResult
+from durable_agent.paths import state_home
 from durable_agent.replay import ReplayServer, load_cassette
 from durable_agent.watching import run_prompt
 
@@ -70,7 +70,7 @@ async def connect(console: Console, start_server: bool = True) -> Client:
     hint = "check TEMPORAL_ADDRESS, or unset it to use the embedded dev server"
     attempts = 4
     if not address:
-        home = state_dir()
+        home = state_home()
         try:
             if start_server:
                 info, started = ensure_dev_server(home)
@@ -232,14 +232,14 @@ DEMO_PROMPT = "The tests in this project fail. Find the bug, fix it, and run the
 
 def _demo_footer(console: Console, client: Client) -> None:
     target = client.service_client.config.target_host
-    info = running(state_dir())
+    info = running(state_home())
     console.info(f"history: uv run temporal workflow list --address {target}")
     if info is not None:
         console.info(f"Web UI: {info.ui_url}")
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    home = state_dir()
+    home = state_home()
     if args.stop:
         print(
             "stopped" if stop_dev_server(home) else "no dev server was running for this state dir"

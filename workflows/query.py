@@ -13,6 +13,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from durable_agent.engine.context import estimate_text_tokens
     from durable_agent.engine.contracts import (
         AppendEntryInput,
         CallModelInput,
@@ -42,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
         model_request,
         on_withheld,
         prepare_request,
-        prompt_tokens,
         thresholds,
         with_tool_results,
         withheld_terminal,
@@ -193,7 +193,7 @@ class QueryWorkflow:
             pending=PendingUser(
                 uuid=str(workflow.uuid4()), parent_uuid=inp.parent_uuid, prompt=inp.prompt
             ),
-            context_tokens=inp.context_tokens + prompt_tokens(inp.prompt),
+            context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
         )
         iterations = 0
         while True:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
@@ -92,25 +91,6 @@ class Thresholds(BaseModel):
             warning=effective - WARNING_BUFFER_TOKENS,
             blocking=effective - BLOCKING_BUFFER_TOKENS,
         )
-
-
-class ContextLevel(StrEnum):
-    OK = "ok"
-    WARNING = "warning"
-    """Within 20k tokens of the effective window: the user is told."""
-    AUTOCOMPACT = "autocompact"
-    BLOCKING = "blocking"
-    """Within 3k of the effective window: no request is sent (when autocompact is off)."""
-
-
-def context_level(tokens: int, thresholds: Thresholds, autocompact: bool) -> ContextLevel:
-    if tokens >= thresholds.blocking and not autocompact:
-        return ContextLevel.BLOCKING
-    if autocompact and tokens >= thresholds.autocompact:
-        return ContextLevel.AUTOCOMPACT
-    if tokens >= thresholds.warning:
-        return ContextLevel.WARNING
-    return ContextLevel.OK
 
 
 # --- request-view transforms: messages in, new messages out ------------------------------

@@ -11,7 +11,6 @@ from durable_agent.engine.context import (
     TaskBudget,
     Thresholds,
     context_window_for,
-    estimate_text_tokens,
     task_budget_after_compaction,
     usage_context_tokens,
 )
@@ -187,10 +186,6 @@ def with_tool_results(state: State, result_chars: list[int], cfg: QueryConfig) -
     cap = cfg.tool_result_budget_tokens
     added = sum(min((c + 3) // 4, cap) for c in result_chars)
     return state.model_copy(update={"context_tokens": state.context_tokens + added})
-
-
-def prompt_tokens(prompt: str) -> int:
-    return estimate_text_tokens(prompt)
 
 
 class Recovery(StrEnum):
