@@ -6,6 +6,7 @@ import fcntl
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,21 @@ class TranscriptError(Exception):
     """The store cannot give what was asked (missing entry, broken chain)."""
 
 
+@dataclass
+class _Parsed:
+    inode: int
+    offset: int = 0
+    entries: dict[str, TranscriptEntry] = field(default_factory=dict)
+
+
 class TranscriptStore:
     """Filesystem store. Appends are idempotent by uuid, so a retried activity never duplicates."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        # Parsed entries per transcript file, read on from where the last read stopped: the
+        # file only grows, and a model call reads it several times.
+        self._cache: dict[Path, _Parsed] = {}
 
     def transcript_path(self, session_id: str) -> Path:
         return self.root / "sessions" / f"{_SAFE_ID.sub('_', session_id)}.jsonl"
@@ -55,16 +66,24 @@ class TranscriptStore:
 
     def entries(self, session_id: str) -> dict[str, TranscriptEntry]:
         path = self.transcript_path(session_id)
-        if not path.exists():
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
             return {}
-        out: dict[str, TranscriptEntry] = {}
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line:
+        parsed = self._cache.get(path)
+        if parsed is None or parsed.inode != stat.st_ino or stat.st_size < parsed.offset:
+            parsed = self._cache[path] = _Parsed(inode=stat.st_ino)
+        if stat.st_size > parsed.offset:
+            with open(path, "rb") as f:
+                f.seek(parsed.offset)
+                data = f.read()
+            complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+            for line in complete.decode("utf-8").splitlines():
+                if line.strip():
                     entry = TranscriptEntry.model_validate_json(line)
-                    out.setdefault(entry.uuid, entry)
-        return out
+                    parsed.entries.setdefault(entry.uuid, entry)
+            parsed.offset += len(complete)
+        return dict(parsed.entries)
 
     def append(
         self, session_id: str, uuid: str, parent_uuid: str | None, message: Message, **extra: Any

@@ -67,3 +67,18 @@ def test_tool_use_lookup(store):
     assert store.tool_use("s", "a", "t").input == {"file_path": "x"}
     with pytest.raises(TranscriptError):
         store.tool_use("s", "a", "nope")
+
+
+def test_entries_are_read_on_from_where_the_last_read_stopped(store):
+    store.append("s", "u1", None, msg("user", "1"))
+    assert list(store.entries("s")) == ["u1"]
+    path = store.transcript_path("s")
+    line = path.read_text().splitlines()[0].replace('"u1"', '"u2"', 1)
+    with open(path, "a") as f:  # another process appends, the last line not yet complete
+        f.write(line[:20])
+    assert list(store.entries("s")) == ["u1"]
+    with open(path, "a") as f:
+        f.write(line[20:] + "\n")
+    assert list(store.entries("s")) == ["u1", "u2"]
+    other = type(store)(store.root)  # a fresh reader sees the same
+    assert list(other.entries("s")) == ["u1", "u2"]
