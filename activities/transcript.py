@@ -31,6 +31,11 @@ class TranscriptError(Exception):
     """The store cannot give what was asked (missing entry, broken chain)."""
 
 
+class StoreError(Exception):
+    """The store could not write (disk full, a write cut short, permissions). Never an API
+    error: what was received is kept and the write is retried."""
+
+
 @dataclass
 class _Parsed:
     inode: int

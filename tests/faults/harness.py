@@ -1,0 +1,167 @@
+"""Real processes for fault tests: a dev server that can be killed and restarted on the same
+SQLite file, `python worker.py` processes, and checks on what a session left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from durable_agent.devserver import dynamic_config_args, free_port, port_open, temporal_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class DevServer:
+    """A Temporal dev server on its own port and SQLite file; `kill` + `start` is a restart."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self.port = free_port(0)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> DevServer:
+        cmd = [
+            str(temporal_binary()), "server", "start-dev", "--db-filename", str(self.db_path),
+            "--ip", "127.0.0.1", "--port", str(self.port), "--headless", "--log-level", "error",
+            *dynamic_config_args(),
+        ]  # fmt: skip
+        log = open(self.db_path.with_suffix(".log"), "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while not port_open("127.0.0.1", self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dev server did not start; see {log.name}")
+            time.sleep(0.05)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> DevServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def process_env(
+    tmp_path: Path, address: str, base_url: str, task_queue: str, **extra: str
+) -> dict[str, str]:
+    """The environment of a worker or CLI process under test: nothing from the machine's
+    Anthropic/Temporal settings, a private state dir and settings file."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TEMPORAL_", "DURABLE_AGENT_"))
+    }
+    env.update(
+        TEMPORAL_ADDRESS=address,
+        ANTHROPIC_BASE_URL=base_url,
+        ANTHROPIC_API_KEY="sk-ant-test-secret",
+        DURABLE_AGENT_HOME=str(tmp_path / "home"),
+        DURABLE_AGENT_TASK_QUEUE=task_queue,
+        DURABLE_AGENT_SETTINGS=str(tmp_path / "settings.json"),
+    )
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """`python worker.py` in its own process; SIGKILL is the fault."""
+
+    def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, **popen: Any) -> WorkerProcess:
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "worker.py"], cwd=ROOT, env=self.env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, **popen,
+        )  # fmt: skip
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self, **popen: Any) -> WorkerProcess:
+        self.kill()
+        return self.start(**popen)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> WorkerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def wait_for(predicate: Callable[[], object], seconds: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds:g}s waiting for {what or predicate}")
+
+
+def transcript_problems(path: Path) -> list[str]:
+    """Every line parses; every tool_use of an assistant entry is answered exactly once, in
+    order, by the user entry that follows it in the chain."""
+    problems: list[str] = []
+    entries: dict[str, dict[str, Any]] = {}
+    children: dict[str | None, list[str]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+        except ValueError as exc:
+            problems.append(f"line {number} does not parse: {exc}: {line[:80]!r}")
+            continue
+        entries[entry["uuid"]] = entry
+        children.setdefault(entry.get("parentUuid"), []).append(entry["uuid"])
+    for uuid, entry in entries.items():
+        content = (entry.get("message") or {}).get("content") or []
+        uses = [b["id"] for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+        if not uses:
+            continue
+        answers = [entries[c] for c in children.get(uuid, [])]
+        if len(answers) != 1:
+            problems.append(f"assistant {uuid} has {len(answers)} answers")
+            continue
+        answer_content = (answers[0].get("message") or {}).get("content") or []
+        results = [
+            b["tool_use_id"]
+            for b in answer_content
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        if results != uses:
+            problems.append(f"assistant {uuid}: tool_use {uses} answered by {results}")
+    return problems
