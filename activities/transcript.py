@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +38,57 @@ class StoreError(Exception):
     error: what was received is kept and the write is retried."""
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        view = view[written:]
+
+
+def _repair_tail(fd: int) -> int:
+    """Cut a torn last line (an earlier append that failed midway) off; return the file size.
+
+    Every complete entry ends in a newline, so whatever follows the last newline is a fragment
+    no reader has taken (readers stop at the last newline)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0
+    window = min(size, 1 << 16)
+    pos = size
+    while pos > 0:
+        start = max(0, pos - window)
+        chunk = os.pread(fd, pos - start, start)
+        if pos == size and chunk.endswith(b"\n"):
+            return size
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            good = start + cut + 1
+            os.ftruncate(fd, good)
+            return good
+        pos = start
+    os.ftruncate(fd, 0)
+    return 0
+
+
+def write_file_atomic(target: Path, text: str) -> None:
+    """Write a whole file or nothing (temp file, fsync, rename); StoreError when it fails."""
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, text.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"could not write {target}: {exc.strerror or exc}") from exc
+
+
 @dataclass
 class _Parsed:
     inode: int
@@ -61,8 +114,12 @@ class TranscriptStore:
     @contextmanager
     def _locked(self, session_id: str) -> Iterator[Path]:
         path = self.transcript_path(session_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "a") as lock:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(path.with_suffix(".lock"), "a")  # noqa: SIM115
+        except OSError as exc:
+            raise StoreError(f"could not open the store at {path}: {exc.strerror or exc}") from exc
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield path
@@ -109,9 +166,31 @@ class TranscriptStore:
             entry = entry.model_copy(
                 update={"timestamp": datetime.now(UTC).isoformat(), "session_id": session_id}
             )
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(entry.model_dump_json(by_alias=True) + "\n")
+            line = (entry.model_dump_json(by_alias=True) + "\n").encode("utf-8")
+            self._append_line(path, line)
             return entry
+
+    def _append_line(self, path: Path, line: bytes) -> None:
+        """Append one whole line, durably, or leave the file as it was and raise StoreError.
+
+        Readers never see half an entry: a torn tail left by an earlier failure is cut off
+        first, and a write that fails midway is truncated back."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise StoreError(f"could not open {path}: {exc.strerror or exc}") from exc
+        try:
+            size = _repair_tail(fd)
+            try:
+                _write_all(fd, line)
+                os.fsync(fd)
+            except OSError as exc:
+                os.ftruncate(fd, size)
+                raise StoreError(f"could not append to {path}: {exc.strerror or exc}") from exc
+        except OSError as exc:  # the repair or the truncate-back itself failed
+            raise StoreError(f"could not repair {path}: {exc.strerror or exc}") from exc
+        finally:
+            os.close(fd)
 
     def chain(
         self, session_id: str, head_uuid: str | None, since_boundary: bool = False
@@ -143,10 +222,7 @@ class TranscriptStore:
     def put_early_tool_use(self, session_id: str, assistant_uuid: str, block: ToolUseBlock) -> None:
         """A tool_use complete in the stream, before its message is stored (for early starts)."""
         target = self._early_path(session_id, assistant_uuid, block.id)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(block.model_dump_json(), encoding="utf-8")
-        tmp.replace(target)
+        write_file_atomic(target, block.model_dump_json())
 
     def tool_use(self, session_id: str, assistant_uuid: str, tool_use_id: str) -> ToolUseBlock:
         entry = self.entries(session_id).get(assistant_uuid)
@@ -167,10 +243,7 @@ class TranscriptStore:
     def put_tool_result(self, session_id: str, block: ToolResultBlock, run_id: str = "") -> None:
         """Keep a finished tool's result until the next user entry takes it."""
         target = self._result_path(session_id, block.tool_use_id, run_id)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(block.model_dump_json(), encoding="utf-8")
-        tmp.replace(target)
+        write_file_atomic(target, block.model_dump_json())
 
     def overflow_dir(self, session_id: str) -> Path:
         """Where whole oversized tool results are kept as text, for the Read tool."""
@@ -190,15 +263,12 @@ class TranscriptStore:
                     target = self.overflow_path(session_id, block.tool_use_id)
                     if target.exists():
                         continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
                     text = (
                         block.content
                         if isinstance(block.content, str)
                         else "\n".join(b.text for b in block.content if isinstance(b, TextBlock))
                     )
-                    tmp = target.with_suffix(".tmp")
-                    tmp.write_text(text, encoding="utf-8")
-                    tmp.replace(target)
+                    write_file_atomic(target, text)
 
     def get_tool_result(
         self, session_id: str, tool_use_id: str, run_id: str = ""

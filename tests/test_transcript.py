@@ -82,3 +82,68 @@ def test_entries_are_read_on_from_where_the_last_read_stopped(store):
     assert list(store.entries("s")) == ["u1", "u2"]
     other = type(store)(store.root)  # a fresh reader sees the same
     assert list(other.entries("s")) == ["u1", "u2"]
+
+
+def _cut_short_writes(monkeypatch, failures):
+    """os.write writes half of the data, then the next call fails (a full disk), `failures`
+    times; after that writes go through."""
+    import errno
+    import os
+
+    import activities.transcript as transcript
+
+    real_write = os.write
+    state = {"left": failures, "cut": False}
+
+    def write(fd, data):
+        if state["left"] <= 0:
+            return real_write(fd, data)
+        if not state["cut"]:
+            state["cut"] = True
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        state["left"] -= 1
+        state["cut"] = False
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(transcript.os, "write", write)
+    return state
+
+
+def test_an_append_cut_short_leaves_no_fragment_and_raises_store_error(store, monkeypatch):
+    from activities.transcript import StoreError
+
+    store.append("s", "u1", None, msg("user", "before"))
+    size = store.transcript_path("s").stat().st_size
+    _cut_short_writes(monkeypatch, failures=2)
+    for _ in range(2):
+        with pytest.raises(StoreError, match="No space left"):
+            store.append("s", "a1", "u1", msg("assistant", "x" * 5000))
+        assert store.transcript_path("s").stat().st_size == size
+    store.append("s", "a1", "u1", msg("assistant", "x" * 5000))
+    lines = store.transcript_path("s").read_text().splitlines()
+    assert [json.loads(line)["uuid"] for line in lines] == ["u1", "a1"]
+    assert [e.uuid for e in store.chain("s", "a1")] == ["u1", "a1"]
+
+
+def test_a_torn_last_line_from_a_crash_is_cut_before_the_next_append(store):
+    store.append("s", "u1", None, msg("user", "before"))
+    path = store.transcript_path("s")
+    with open(path, "a") as f:  # a writer killed midway through a line
+        f.write('{"uuid": "a1", "parentUuid": "u1", "type": "assis')
+    assert list(store.entries("s")) == ["u1"]  # readers stop at the last newline
+    store.append("s", "a1", "u1", msg("assistant", "whole"))
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["uuid"] for line in lines] == ["u1", "a1"]
+    assert store.chain("s", "a1")[-1].message.content[0].text == "whole"
+
+
+def test_a_result_file_is_written_whole_or_not_at_all(store, monkeypatch):
+    from activities.transcript import StoreError
+
+    _cut_short_writes(monkeypatch, failures=1)
+    with pytest.raises(StoreError):
+        store.put_tool_result("s", ToolResultBlock(tool_use_id="t1", content="y" * 4000))
+    assert store.get_tool_result("s", "t1") is None
+    assert not list(store._results_dir("s").glob("*.tmp"))
+    store.put_tool_result("s", ToolResultBlock(tool_use_id="t1", content="y" * 4000))
+    assert store.get_tool_result("s", "t1").content == "y" * 4000
