@@ -129,8 +129,9 @@ class CompactionActivities:
             "custom_instructions": "",
         }
         outcomes = await run_hooks(
-            "PreCompact", payload["trigger"], payload, Path(req.config.workspace)
-        )
+            "PreCompact", payload["trigger"], payload, Path(req.config.workspace),
+            self.store.hook_ledger(req.session_id),
+        )  # fmt: skip
         return [
             f"PreCompact hook `{o.command}` exited {o.exit_code}: {o.stderr.strip()}"
             for o in outcomes

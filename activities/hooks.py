@@ -7,9 +7,12 @@ and the workspace's `.claude/settings.json` and `.claude/settings.local.json`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import json
+import os
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,9 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from activities.credentials import settings_path
+from activities.heartbeat import heartbeating
+from activities.tools.environment import tool_environment
+from activities.transcript import write_file_atomic
 from durable_agent.engine.contracts import StopHooksInput, StopHooksOutput
 
 DEFAULT_TIMEOUT_SECONDS = 60
@@ -76,40 +82,91 @@ def load_hooks(event: str, target: str, workspace: Path) -> list[HookCommand]:
 
 
 async def run_hooks(
-    event: str, target: str, payload: dict[str, Any], workspace: Path
+    event: str,
+    target: str,
+    payload: dict[str, Any],
+    workspace: Path,
+    ledger: Path | None = None,
 ) -> list[HookOutcome]:
-    """Run each matching hook with the payload as JSON on stdin, in the workspace."""
+    """Run each matching hook with the payload as JSON on stdin, in the workspace, heartbeating.
+
+    With a `ledger` directory (inside an activity), each hook's start and outcome are recorded
+    under the activity's id: a retried attempt reuses an outcome and never re-runs a hook that an
+    earlier attempt started (it may have partly run)."""
     outcomes = []
     body = json.dumps({"hook_event_name": event, "cwd": str(workspace), **payload}).encode()
-    for hook in load_hooks(event, target, workspace):
-        proc = await asyncio.create_subprocess_exec(
-            "sh", "-c", hook.command, cwd=workspace, start_new_session=True,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(body), hook.timeout)
-            code: int | None = proc.returncode
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            out, err, code = b"", f"timed out after {hook.timeout:g}s".encode(), None
-        outcomes.append(
-            HookOutcome(
-                command=hook.command,
-                exit_code=code,
-                stdout=out.decode(errors="replace")[:OUTPUT_CHARS],
-                stderr=err.decode(errors="replace")[:OUTPUT_CHARS],
-            )
-        )
+    key = _ledger_key(event) if ledger is not None else None
+    async with heartbeating():
+        for index, hook in enumerate(load_hooks(event, target, workspace)):
+            record = ledger / f"{key}-{index}" if ledger is not None and key else None
+            outcome = _recorded(record, hook) if record is not None else None
+            if outcome is None:
+                if record is not None:
+                    write_file_atomic(record.with_suffix(".started"), hook.command)
+                outcome = await _run_one(hook, body, workspace)
+                if record is not None:
+                    write_file_atomic(record.with_suffix(".json"), outcome.model_dump_json())
+            outcomes.append(outcome)
     return outcomes
+
+
+def _ledger_key(event: str) -> str | None:
+    if not activity.in_activity():
+        return None
+    info = activity.info()
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{info.workflow_run_id}-{info.activity_id}-{event}")
+
+
+def _recorded(record: Path, hook: HookCommand) -> HookOutcome | None:
+    done = record.with_suffix(".json")
+    if done.exists():
+        return HookOutcome.model_validate_json(done.read_text(encoding="utf-8"))
+    if record.with_suffix(".started").exists():
+        return HookOutcome(
+            command=hook.command,
+            exit_code=None,
+            stderr="interrupted (its worker stopped); not re-run, to avoid running it twice",
+        )
+    return None
+
+
+async def _run_one(hook: HookCommand, body: bytes, workspace: Path) -> HookOutcome:
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", hook.command, cwd=workspace, start_new_session=True,
+        env=tool_environment(workspace), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(body), hook.timeout)
+        code: int | None = proc.returncode
+    except TimeoutError:
+        _kill_group(proc.pid)
+        await proc.wait()
+        out, err, code = b"", f"timed out after {hook.timeout:g}s".encode(), None
+    except BaseException:
+        _kill_group(proc.pid)  # cancelled: the worker is stopping
+        raise
+    return HookOutcome(
+        command=hook.command,
+        exit_code=code,
+        stdout=out.decode(errors="replace")[:OUTPUT_CHARS],
+        stderr=err.decode(errors="replace")[:OUTPUT_CHARS],
+    )
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 class HookActivities:
     """Hooks that the loop runs as activities."""
 
-    def __init__(self, transcript_path: Callable[[str], Path]) -> None:
+    def __init__(
+        self, transcript_path: Callable[[str], Path], ledger: Callable[[str], Path] | None = None
+    ) -> None:
         self.transcript_path = transcript_path
+        self.ledger = ledger
 
     @activity.defn(name="run_stop_hooks")
     async def run_stop_hooks(self, req: StopHooksInput) -> StopHooksOutput:
@@ -121,7 +178,8 @@ class HookActivities:
             "stop_hook_active": req.stop_hook_active,
         }
         out = StopHooksOutput()
-        for outcome in await run_hooks("Stop", "", payload, Path(req.workspace)):
+        ledger = self.ledger(req.session_id) if self.ledger else None
+        for outcome in await run_hooks("Stop", "", payload, Path(req.workspace), ledger):
             decision = _json(outcome.stdout) if outcome.exit_code == 0 else {}
             if decision.get("continue") is False:
                 out.prevent_continuation = True

@@ -6,6 +6,7 @@ the engine and raised as an ApplicationError carrying the decision (type, non_re
 
 from __future__ import annotations
 
+import asyncio
 import platform
 import random
 from collections.abc import Callable
@@ -21,7 +22,8 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.credentials import Credentials, CredentialsError
-from activities.transcript import TranscriptStore, append_pending
+from activities.heartbeat import heartbeating
+from activities.transcript import StoreError, TranscriptStore, append_pending
 from durable_agent import telemetry
 from durable_agent.engine.contracts import (
     CallModelInput,
@@ -153,6 +155,8 @@ class ModelActivities:
         self.jitter = jitter
         self._client: anthropic.AsyncAnthropic | None = None
         self._keepalive = True
+        self._received: dict[tuple[str, str], anthropic.types.Message] = {}
+        """Answers streamed but not yet stored: a retry stores them without calling the API."""
 
     def client(self, refresh_key: bool = False) -> anthropic.AsyncAnthropic:
         if self._client is None or refresh_key:
@@ -164,6 +168,17 @@ class ModelActivities:
 
     @activity.defn(name="call_model")
     async def call_model(self, req: CallModelInput) -> CallModelOutput:
+        try:
+            return await self._call_model(req)
+        except StoreError as exc:
+            attempt = activity.info().attempt
+            raise ApplicationError(
+                f"the session's transcript could not be written: {exc}",
+                type="StoreError",
+                next_retry_delay=timedelta(seconds=min(2**attempt, 30)),
+            ) from exc
+
+    async def _call_model(self, req: CallModelInput) -> CallModelOutput:
         info = activity.info()
         track = RetryTrack()
         if info.heartbeat_details:
@@ -205,8 +220,9 @@ class ModelActivities:
     ) -> CallModelOutput:
         """Stream the request; store and describe the answer, or classify the failure."""
         info = activity.info()
+        key = (req.session_id, req.assistant_uuid)
         try:
-            final = await self._stream(request, track, req)
+            final = self._received.get(key) or await self._stream(request, track, req)
         except (
             anthropic.APIError,
             httpx2.HTTPError,
@@ -232,7 +248,12 @@ class ModelActivities:
         message = Message.model_validate(
             {"role": "assistant", "content": [b.model_dump() for b in final.content]}
         )
-        self.store.append(req.session_id, req.assistant_uuid, parent, message)
+        self._received[key] = final
+        try:
+            self.store.append(req.session_id, req.assistant_uuid, parent, message)
+        except OSError as exc:
+            raise StoreError(str(exc)) from exc
+        del self._received[key]
         _record_usage(span, final)
         return CallModelOutput(
             assistant_uuid=req.assistant_uuid,
@@ -271,9 +292,21 @@ class ModelActivities:
         activity.heartbeat(details)
         refresh = track.credential_refreshes > 0 and self._client is None
         early = req.config.streaming_tool_execution and req.config.eager_tools != EagerTools.NONE
-        async with self.client(refresh_key=refresh).messages.stream(**request) as stream:
+        idle = req.config.stream_idle_seconds
+        async with (
+            heartbeating(details),
+            self.client(refresh_key=refresh).messages.stream(**request) as stream,
+        ):
             stopped = False
-            async for event in stream:
+            events = stream.__aiter__()
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(events), idle)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    # Leaving the `async with` closes the stalled connection.
+                    raise StreamIncomplete(f"the API sent nothing for {idle:g}s") from None
                 activity.heartbeat(details)
                 stopped = stopped or event.type == "message_stop"
                 if early and event.type == "content_block_stop":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -244,6 +245,32 @@ class TranscriptStore:
         """Keep a finished tool's result until the next user entry takes it."""
         target = self._result_path(session_id, block.tool_use_id, run_id)
         write_file_atomic(target, block.model_dump_json())
+
+    def _started_path(self, session_id: str, tool_use_id: str, run_id: str) -> Path:
+        result = self._result_path(session_id, tool_use_id, run_id)
+        return result.with_name(result.name + ".started")
+
+    def mark_tool_started(
+        self, session_id: str, tool_use_id: str, run_id: str, record: dict[str, Any]
+    ) -> None:
+        """Record that an execution of a side-effecting tool is about to run (DESIGN §3)."""
+        write_file_atomic(self._started_path(session_id, tool_use_id, run_id), json.dumps(record))
+
+    def tool_started(self, session_id: str, tool_use_id: str, run_id: str) -> dict[str, Any] | None:
+        """The start record of this execution, if one was written."""
+        try:
+            text = self._started_path(session_id, tool_use_id, run_id).read_text("utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def hook_ledger(self, session_id: str) -> Path:
+        """Where hook activities record each hook's start and outcome (never run twice)."""
+        return self._results_dir(session_id) / "hooks"
 
     def overflow_dir(self, session_id: str) -> Path:
         """Where whole oversized tool results are kept as text, for the Read tool."""

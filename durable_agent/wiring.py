@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
@@ -40,7 +41,7 @@ def build_worker(
     compaction = CompactionActivities(model)
     tools = ToolActivities(store)
     stores = StoreActivities(store)
-    hooks = HookActivities(store.transcript_path)
+    hooks = HookActivities(store.transcript_path, store.hook_ledger)
     return Worker(
         client,
         task_queue=task_queue,
@@ -55,6 +56,8 @@ def build_worker(
             hooks.run_stop_hooks,
         ],
         max_concurrent_activities=max_concurrent_activities,
+        # A killed worker's sessions move to another worker after this, not the default 10 s.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
     )
 
 

@@ -1,4 +1,5 @@
 import json
+import re
 
 from activities.hooks import load_hooks, run_hooks
 
@@ -48,3 +49,69 @@ async def test_hooks_get_json_on_stdin_and_report_exit_codes(tmp_path, monkeypat
     assert [(o.exit_code, o.stdout.strip()) for o in outcomes[:2]] == [(0, "hello"), (2, "")]
     assert outcomes[1].blocking and outcomes[1].stderr.strip() == "no"
     assert outcomes[2].exit_code is None and "timed out" in outcomes[2].stderr
+
+
+def _stop_hook(ws, command):
+    settings(ws / ".claude" / "settings.json", {"Stop": [{"hooks": [{"type": "command",
+             "command": command}]}]})  # fmt: skip
+
+
+def _activity_env(heartbeats=None):
+    import dataclasses
+    from datetime import timedelta
+
+    from temporalio.testing import ActivityEnvironment
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.2))
+    if heartbeats is not None:
+        env.on_heartbeat = lambda *details: heartbeats.append(details)
+    return env
+
+
+async def test_a_retried_hook_activity_never_runs_a_hook_twice(store, tmp_path):
+    from activities.hooks import HookActivities
+    from durable_agent.engine.contracts import StopHooksInput
+
+    ws = tmp_path / "ws"
+    _stop_hook(ws, "echo ran >> runs.txt; echo 'keep going' >&2; exit 2")
+    hooks = HookActivities(store.transcript_path, store.hook_ledger)
+    req = StopHooksInput(session_id="s", workspace=str(ws), stop_hook_active=False)
+    first = await _activity_env().run(hooks.run_stop_hooks, req)
+    again = await _activity_env().run(hooks.run_stop_hooks, req)  # same activity id: a retry
+    assert (ws / "runs.txt").read_text() == "ran\n"
+    assert first.blocking_errors == again.blocking_errors == ["keep going"]
+
+
+async def test_a_hook_an_interrupted_attempt_started_is_not_rerun(store, tmp_path):
+    from activities.hooks import HookActivities
+    from durable_agent.engine.contracts import StopHooksInput
+
+    ws = tmp_path / "ws"
+    _stop_hook(ws, "echo ran >> runs.txt")
+    hooks = HookActivities(store.transcript_path, store.hook_ledger)
+    req = StopHooksInput(session_id="s", workspace=str(ws), stop_hook_active=False)
+    env = _activity_env()
+    info = env.info
+    key = re.sub(r"[^A-Za-z0-9_-]", "_", f"{info.workflow_run_id}-{info.activity_id}-Stop")
+    ledger = store.hook_ledger("s")
+    ledger.mkdir(parents=True)
+    (ledger / f"{key}-0.started").write_text("echo ran >> runs.txt")
+    await env.run(hooks.run_stop_hooks, req)
+    assert not (ws / "runs.txt").exists()
+
+
+async def test_hooks_heartbeat_and_get_no_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+    monkeypatch.setenv("DURABLE_AGENT_HOME", str(tmp_path / "home"))
+    ws = tmp_path / "ws"
+    _stop_hook(ws, "sleep 1; env > env.txt")
+    beats: list = []
+    await _activity_env(beats).run(run_hooks, "Stop", "", {}, ws)
+    env = dict(
+        line.split("=", 1) for line in (ws / "env.txt").read_text().splitlines() if "=" in line
+    )
+    assert len(beats) >= 3
+    assert env["CLAUDE_PROJECT_DIR"] == str(ws)
+    assert not [k for k in env if k.startswith(("ANTHROPIC_API", "TEMPORAL_", "DURABLE_AGENT_"))]

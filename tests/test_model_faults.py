@@ -5,6 +5,7 @@ import json
 
 from temporalio.api.enums.v1 import EventType
 
+from activities.transcript import StoreError, TranscriptStore
 from durable_agent.engine.state import OUTPUT_RECOVERY_MESSAGE, Terminal, Transition
 from durable_agent.replay import ErrorReply, Fault, ReplayServer, Turn, text_turn
 from durable_agent.replay.cassette import message
@@ -267,3 +268,51 @@ async def test_thinking_blocks_pass_back_exactly_through_a_tool_trajectory(
     assert server.requests[0]["max_tokens"] > 2048
     sent_back = server.requests[1]["messages"][1]["content"]
     assert sent_back[0] == thinking and sent_back[1]["id"] == "g1"
+
+
+async def test_a_stalled_stream_is_cut_after_the_idle_time_and_retried(
+    ts_env, store, workspace, task_queue
+):
+    stalled = Turn(
+        response=message([{"type": "text", "text": "slow " * 20}], "end_turn"),
+        pause_before={3: 6.0},
+    )
+    server, result, _ = await run(
+        ts_env, store, workspace, task_queue, [stalled, text_turn("ok")], stream_idle_seconds=1.0
+    )
+    assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
+    assert result.final_text == "ok"
+
+
+class _FullDiskStore(TranscriptStore):
+    """Assistant entries cannot be written `failures` times (a full disk), then they can."""
+
+    def __init__(self, root, failures):
+        super().__init__(root)
+        self.failures = failures
+
+    def append(self, session_id, uuid, parent_uuid, message, **extra):
+        if message.role == "assistant" and self.failures > 0:
+            self.failures -= 1
+            raise StoreError("could not append: No space left on device")
+        return super().append(session_id, uuid, parent_uuid, message, **extra)
+
+
+async def test_a_store_error_keeps_the_answer_and_never_calls_the_api_again(
+    ts_env, store, workspace, task_queue
+):
+    flaky = _FullDiskStore(store.root, failures=3)
+    server, result, sid = await run(ts_env, flaky, workspace, task_queue, [text_turn("ok")])
+    assert len(server.requests) == 1
+    assert result.terminal == Terminal.COMPLETED and result.final_text == "ok"
+    assert [e.type for e in store.entries(sid).values()] == ["user", "assistant"]
+
+
+async def test_a_store_that_stays_broken_ends_naming_the_store(
+    ts_env, store, workspace, task_queue
+):
+    flaky = _FullDiskStore(store.root, failures=1000)
+    server, result, _ = await run(ts_env, flaky, workspace, task_queue, [text_turn("ok")])
+    assert len(server.requests) == 1
+    assert "transcript could not be written" in result.message
+    assert "No space left on device" in result.message

@@ -31,8 +31,9 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.state import QueryConfig
 
 READ_ONLY_TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
-SIDE_EFFECT_TOOL_RETRY = RetryPolicy(maximum_attempts=1)
-"""A tool with side effects is never re-run blindly: a lost attempt becomes an error result."""
+SIDE_EFFECT_TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=4)
+"""A later attempt of a tool with side effects never re-runs it: it returns the recorded result,
+or says the call was interrupted and may have partly run (run_tool's started/finished records)."""
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=20)
 STORE_TIMEOUT = timedelta(seconds=30)
 
@@ -118,7 +119,9 @@ def run_stop_hooks(req: StopHooksInput) -> Awaitable[StopHooksOutput]:
         req,
         result_type=StopHooksOutput,
         start_to_close_timeout=HOOK_TIMEOUT,
-        retry_policy=RetryPolicy(maximum_attempts=1),
+        heartbeat_timeout=timedelta(seconds=req.heartbeat_seconds),
+        # A retry never re-runs a hook that already started (the activity's hook ledger).
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
         summary="Stop hooks",
     )
 

@@ -59,7 +59,7 @@ async def run_tool_batches(
     refs = []
     for call in calls:
         if call.id in outputs:
-            refs.append(ToolResultRef(tool_use_id=call.id))
+            refs.append(ToolResultRef(tool_use_id=call.id, inline=outputs[call.id].inline))
             continue
         text = failed.get(call.id) or (INTERRUPTED_TOOL if call.id in started else NOT_RUN_TOOL)
         emit("tool_result", f"{call.summary} → {text}", True)

@@ -305,6 +305,7 @@ class QueryWorkflow:
             session_id=inp.session_id,
             workspace=inp.config.workspace,
             stop_hook_active=state.stop_hook_active,
+            heartbeat_seconds=inp.config.tool_heartbeat_seconds,
         )
         try:
             out = await self._guarded(steps.run_stop_hooks(req))

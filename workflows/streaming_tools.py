@@ -204,7 +204,11 @@ class StreamingToolExecutor:
         for call in final:
             tool = by_id.get(call.id)
             if tool is not None and tool.output is not None and tool.error is None:
-                refs.append(ToolResultRef(tool_use_id=call.id, run_id=tool.run_id))
+                refs.append(
+                    ToolResultRef(
+                        tool_use_id=call.id, run_id=tool.run_id, inline=tool.output.inline
+                    )
+                )
                 sizes.append(tool.output.content_chars)
                 continue
             if tool is not None and tool.error is not None:

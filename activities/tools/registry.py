@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
 from activities.tools.read import run_read
 from activities.tools.write import run_write
-from activities.transcript import TranscriptError, TranscriptStore
+from activities.transcript import StoreError, TranscriptError, TranscriptStore
 from durable_agent import telemetry
 from durable_agent.engine.contracts import RunToolInput, RunToolOutput
 from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
@@ -94,26 +96,125 @@ class ToolActivities:
 
     @activity.defn(name="run_tool")
     async def run_tool(self, req: RunToolInput) -> RunToolOutput:
+        recorded = self.store.get_tool_result(req.session_id, req.tool_use_id, req.run_id)
+        if recorded is not None:  # an earlier attempt finished; its completion was lost
+            return _output(req, recorded)
         try:
             block = self.store.tool_use(req.session_id, req.assistant_uuid, req.tool_use_id)
         except TranscriptError as exc:
             output = ToolOutput(f"tool call could not be loaded: {exc}", is_error=True)
         else:
-            span_name = f"execute_tool {block.name}"
-            with telemetry.tracer().start_as_current_span(span_name) as span:
-                span.set_attributes(
-                    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": block.name,
-                     "gen_ai.tool.call.id": block.id}
-                )  # fmt: skip
-                output = await self._execute(req, block)
-                span.set_attribute("durable_agent.tool.is_error", output.is_error)
+            output = await self._run_once(req, block)
         result = ToolResultBlock(
             tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
         )
-        self.store.put_tool_result(req.session_id, result, req.run_id)
-        return RunToolOutput(
-            tool_use_id=req.tool_use_id,
-            is_error=output.is_error,
-            preview=preview(req.name, output.content),
-            content_chars=len(output.content),
-        )
+        try:
+            self.store.put_tool_result(req.session_id, result, req.run_id)
+        except StoreError:
+            # The tool ran: its result must reach the model even if the store cannot hold it.
+            return _output(req, result, inline=True)
+        return _output(req, result)
+
+    async def _run_once(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
+        """Run the tool, unless it has side effects and an earlier attempt already started it:
+        then say so rather than run it twice (DESIGN §3 "started"/"finished")."""
+        spec = TOOL_SPECS.get(block.name)
+        side_effect = spec is None or not spec.is_read_only(block.input)
+        if side_effect:
+            started = self.store.tool_started(req.session_id, req.tool_use_id, req.run_id)
+            if started is not None:
+                finished = await self._await_live_owner(req, started)
+                if finished is not None:
+                    return ToolOutput(_text(finished.content), finished.is_error)
+                return ToolOutput(INTERRUPTED_TEXT, is_error=True)
+            self.store.mark_tool_started(
+                req.session_id, req.tool_use_id, req.run_id, _owner_record()
+            )
+        span_name = f"execute_tool {block.name}"
+        with telemetry.tracer().start_as_current_span(span_name) as span:
+            span.set_attributes(
+                {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": block.name,
+                 "gen_ai.tool.call.id": block.id}
+            )  # fmt: skip
+            output = await self._execute(req, block)
+            span.set_attribute("durable_agent.tool.is_error", output.is_error)
+        return output
+
+    async def _await_live_owner(
+        self, req: RunToolInput, started: dict[str, Any]
+    ) -> ToolResultBlock | None:
+        """An earlier attempt whose process is still alive on this host (the server lost track of
+        it, the worker did not die) may still finish: wait for its result while it lives."""
+        async with heartbeating():
+            while _owner_alive(started):
+                await asyncio.sleep(0.2)
+                found = self.store.get_tool_result(req.session_id, req.tool_use_id, req.run_id)
+                if found is not None:
+                    return found
+        return self.store.get_tool_result(req.session_id, req.tool_use_id, req.run_id)
+
+
+INTERRUPTED_TEXT = (
+    "This tool call was interrupted (the worker running it stopped) before its result was "
+    "recorded. It may have partly run; it was not re-run, to avoid running it twice."
+)
+
+
+def _owner_record() -> dict[str, Any]:
+    info = activity.info() if activity.in_activity() else None
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "boot": _boot_id(),
+        "attempt": info.attempt if info else 0,
+    }
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _owner_alive(started: dict[str, Any]) -> bool:
+    """Whether the process that recorded `started` is another live process on this machine.
+
+    This process's own earlier attempt is not waited for: its coroutine was cancelled."""
+    pid = started.get("pid")
+    if started.get("host") != socket.gethostname() or started.get("boot") != _boot_id():
+        return False
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return Path(f"/proc/{pid}").exists() and not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(getattr(b, "text", "") for b in content)
+
+
+def _output(req: RunToolInput, result: ToolResultBlock, inline: bool = False) -> RunToolOutput:
+    text = _text(result.content)
+    return RunToolOutput(
+        tool_use_id=req.tool_use_id,
+        is_error=result.is_error,
+        preview=preview(req.name, text),
+        content_chars=len(text),
+        inline=result if inline else None,
+    )

@@ -1,45 +1,151 @@
-"""Which Bash commands only read: those may run beside other read-only tools and start early.
+"""Which Bash commands only read: those may run beside other read-only tools, start early, and be
+retried after a lost worker. A mistake here runs a side effect twice, so the check is an explicit
+table and anything it does not know is a side effect.
 
-Deliberately conservative: a pipeline of known read-only programs, no redirection, no command
-separators, no substitutions. Anything else is treated as having side effects.
+A command is read-only when it is a pipeline (`|`) of segments, each a program in `READ_ONLY`
+whose arguments its rule accepts; no redirection, chaining, background job, substitution or
+variable assignment. Wrappers (`env`, `nice`, `timeout`, `xargs`, `sudo`, `command`, …) are not in
+the table: they run another program, so they never make a command read-only.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 
-READ_ONLY_PROGRAMS = frozenset(
-    {
-        "cat", "head", "tail", "ls", "pwd", "echo", "wc", "grep", "rg", "find", "file", "stat",
-        "du", "df", "tree", "which", "whoami", "date", "uname", "env", "printenv", "sort", "uniq",
-        "cut", "tr", "diff", "cmp", "basename", "dirname", "realpath", "readlink", "sleep", "true",
-        "nl", "column", "less", "more", "md5sum", "sha256sum", "jq",
-    }
+Rule = Callable[[list[str]], bool]
+
+FORBIDDEN = (";", "&", ">", "<", "`", "$(", "\n", "||", "\\")
+
+
+def _any(args: list[str]) -> bool:
+    return True
+
+
+def _without(*options: str) -> Rule:
+    """Read-only unless an argument is one of `options` (also `--opt=…` and `-oVALUE` forms)."""
+
+    def rule(args: list[str]) -> bool:
+        for arg in args:
+            for opt in options:
+                if arg == opt or (opt.startswith("--") and arg.startswith(opt + "=")):
+                    return False
+                if len(opt) == 2 and not opt.startswith("--") and arg.startswith(opt):
+                    return False
+        return True
+
+    return rule
+
+
+def _positionals(args: list[str]) -> list[str]:
+    return [a for a in args if not a.startswith("-") or a == "-"]
+
+
+def _uniq(args: list[str]) -> bool:
+    # `uniq INPUT OUTPUT` writes OUTPUT; options taking a value (-f N, -s N, -w N) are spelled
+    # attached or as separate words, so only count words after the last option conservatively.
+    if not _without("--output")(args):
+        return False
+    return len(_positionals(args)) <= 1
+
+
+_DATE_FLAGS = frozenset({"-u", "--utc", "--universal", "-R", "--rfc-email", "-I"})
+_DATE_VALUE = frozenset({"-d", "--date", "-r", "--reference"})
+
+
+def _date(args: list[str]) -> bool:
+    """Only printing: `+FORMAT`, UTC/format flags, `-d`/`-r` with a value; `-s` or a bare
+    `MMDDhhmm` sets the clock."""
+    expect_value = False
+    for arg in args:
+        if expect_value:
+            expect_value = False
+        elif arg.startswith("+") or arg in _DATE_FLAGS:
+            continue
+        elif arg in _DATE_VALUE:
+            expect_value = True
+        elif arg.startswith(("--date=", "--reference=", "--iso-8601", "-I", "--rfc-3339=")):
+            continue
+        else:
+            return False
+    return True
+
+
+_FIND_ACTIONS = (
+    "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls",
 )  # fmt: skip
-READ_ONLY_GIT = frozenset(
-    {"status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "describe", "shortlog"}
-)
-FORBIDDEN = (";", "&", ">", "<", "`", "$(", "\n", "||")
-FIND_WRITES = frozenset(
-    {"-exec", "-execdir", "-delete", "-ok", "-okdir", "-fprint", "-fprintf", "-fls"}
-)
+
+READ_ONLY_GIT: dict[str, Rule] = {
+    name: _without("--output", "-o") if name in ("diff", "log", "show") else _without("--output")
+    for name in (
+        "status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "describe", "shortlog",
+    )
+}  # fmt: skip
+
+
+def _git(args: list[str]) -> bool:
+    if not args or args[0] not in READ_ONLY_GIT:
+        return False  # global options (-c, -C, --git-dir) and every other subcommand
+    return READ_ONLY_GIT[args[0]](args[1:])
+
+
+READ_ONLY: dict[str, Rule] = {
+    # print or inspect, whatever the arguments
+    **dict.fromkeys(
+        (
+            "cat",
+            "head",
+            "tail",
+            "ls",
+            "pwd",
+            "echo",
+            "wc",
+            "grep",
+            "stat",
+            "du",
+            "df",
+            "which",
+            "whoami",
+            "uname",
+            "printenv",
+            "cut",
+            "tr",
+            "diff",
+            "cmp",
+            "basename",
+            "dirname",
+            "realpath",
+            "readlink",
+            "sleep",
+            "true",
+            "nl",
+            "column",
+            "md5sum",
+            "sha256sum",
+            "jq",
+        ),
+        _any,
+    ),  # fmt: skip
+    "rg": _without("--pre"),  # --pre runs a program on every file
+    "file": _without("-C", "--compile"),  # -C writes a compiled magic file
+    "sort": _without("-o", "--output", "--compress-program"),
+    "uniq": _uniq,
+    "tree": _without("-o", "--output"),
+    "find": _without(*_FIND_ACTIONS),
+    "date": _date,
+    "git": _git,
+}
 
 
 def _segment_reads_only(words: list[str]) -> bool:
     if not words:
         return False
-    program, args = words[0], words[1:]
-    if program == "git":
-        return bool(args) and args[0] in READ_ONLY_GIT
-    if program == "find":
-        return not FIND_WRITES.intersection(args)
-    if program in ("sort",) and any(a.startswith("-o") for a in args):
-        return False
-    return program in READ_ONLY_PROGRAMS
+    rule = READ_ONLY.get(words[0])
+    return rule is not None and rule(words[1:])
 
 
 def is_read_only_command(command: str) -> bool:
-    """True only for a pipeline of read-only programs with no redirection or chaining."""
+    """True only for a pipeline of table-approved programs with no redirection or chaining."""
     if any(token in command for token in FORBIDDEN):
         return False
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from durable_agent.engine.errors import ErrorKind
-from durable_agent.engine.messages import Usage
+from durable_agent.engine.messages import ToolResultBlock, Usage
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import PendingUser, QueryConfig, QueryResult, State
 
@@ -89,6 +89,8 @@ class RunToolOutput(BaseModel):
     preview: str
     """First line(s) of the result for display; the whole result is in the store."""
     content_chars: int = 0
+    inline: ToolResultBlock | None = None
+    """The whole result, when the store could not keep it (the tool ran; it must not be lost)."""
 
 
 class AppendEntryInput(BaseModel):
@@ -184,6 +186,8 @@ class StopHooksInput(BaseModel):
     stop_hook_active: bool
     """True when the loop already continued because of a Stop hook (hooks use it to avoid
     blocking forever)."""
+    heartbeat_seconds: float = 8.0
+    """Heartbeat timeout of the hook activity (a dead worker is noticed after this)."""
 
 
 class StopHooksOutput(BaseModel):

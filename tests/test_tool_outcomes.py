@@ -1,0 +1,100 @@
+"""run_tool records a side-effecting tool's start and result, so a retry never runs it twice."""
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from activities.tools.registry import INTERRUPTED_TEXT, ToolActivities
+from activities.transcript import StoreError
+from durable_agent.engine.contracts import RunToolInput
+from durable_agent.engine.messages import Message, ToolResultBlock, ToolUseBlock
+
+
+def _setup(store, tmp_path, command):
+    block = ToolUseBlock(id="toolu_1", name="Bash", input={"command": command})
+    store.append("s", "a1", None, Message(role="assistant", content=[block]))
+    return RunToolInput(
+        session_id="s", assistant_uuid="a1", tool_use_id="toolu_1", name="Bash",
+        workspace=str(tmp_path), run_id="r1",
+    )  # fmt: skip
+
+
+async def test_a_retried_attempt_returns_the_recorded_result_without_running_again(store, tmp_path):
+    req = _setup(store, tmp_path, "echo ran >> marker; echo done")
+    tools = ToolActivities(store)
+    first = await tools.run_tool(req)
+    again = await tools.run_tool(req)
+    assert (tmp_path / "marker").read_text() == "ran\n"
+    assert first.preview == again.preview == "done"
+    assert not again.is_error
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return int(dead.stdout)
+
+
+@pytest.fixture
+def live_pid():
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    yield owner.pid
+    owner.kill()
+    owner.wait()
+
+
+async def test_started_without_a_result_is_reported_as_interrupted_not_rerun(
+    store, tmp_path, dead_pid
+):
+    from activities.tools import registry
+
+    req = _setup(store, tmp_path, "echo ran >> marker")
+    tools = ToolActivities(store)
+    record = {**registry._owner_record(), "pid": dead_pid}
+    store.mark_tool_started("s", "toolu_1", "r1", record)
+    out = await tools.run_tool(req)
+    assert out.is_error
+    assert not (tmp_path / "marker").exists()
+    assert store.get_tool_result("s", "toolu_1", "r1").content == INTERRUPTED_TEXT
+
+
+async def test_a_live_earlier_attempt_is_waited_for_and_its_result_returned(
+    store, tmp_path, live_pid
+):
+    from activities.tools import registry
+
+    req = _setup(store, tmp_path, "echo ran >> marker")
+    store.mark_tool_started("s", "toolu_1", "r1", {**registry._owner_record(), "pid": live_pid})
+    tools = ToolActivities(store)
+
+    async def finish_later():
+        await asyncio.sleep(0.5)
+        store.put_tool_result("s", ToolResultBlock(tool_use_id="toolu_1", content="real"), "r1")
+
+    writer = asyncio.create_task(finish_later())
+    out = await asyncio.wait_for(tools.run_tool(req), 10)
+    await writer
+    assert out.preview == "real" and not out.is_error
+    assert not (tmp_path / "marker").exists()
+
+
+async def test_a_result_the_store_cannot_keep_is_returned_inline(store, tmp_path, monkeypatch):
+    req = _setup(store, tmp_path, "echo ran >> marker; echo the-output")
+
+    def full(*args, **kwargs):
+        raise StoreError("could not write: No space left on device")
+
+    monkeypatch.setattr(store, "put_tool_result", full)
+    out = await ToolActivities(store).run_tool(req)
+    assert out.inline is not None and out.inline.content == "the-output"
+    assert (tmp_path / "marker").read_text() == "ran\n"
+
+
+@pytest.mark.parametrize("command", ["cat marker", "ls"])
+async def test_read_only_tools_write_no_start_record(store, tmp_path, command):
+    req = _setup(store, tmp_path, command)
+    await ToolActivities(store).run_tool(req)
+    assert store.tool_started("s", "toolu_1", "r1") is None
