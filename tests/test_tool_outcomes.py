@@ -98,3 +98,28 @@ async def test_read_only_tools_write_no_start_record(store, tmp_path, command):
     req = _setup(store, tmp_path, command)
     await ToolActivities(store).run_tool(req)
     assert store.tool_started("s", "toolu_1", "r1") is None
+
+
+async def test_bash_returns_when_its_shell_exits_not_when_a_background_job_does(store, tmp_path):
+    import time
+
+    from activities.tools.environment import kill_tagged
+
+    req = _setup(store, tmp_path, "sleep 1000 & echo started")
+    began = time.monotonic()
+    out = await ToolActivities(store).run_tool(req)
+    assert time.monotonic() - began < 3
+    assert out.preview == "started" and not out.is_error
+    assert kill_tagged("s/toolu_1/r1") == 1  # the job carries its execution's tag
+
+
+async def test_bash_runs_without_the_workers_secrets(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "token")
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+    monkeypatch.setenv("DURABLE_AGENT_HOME", str(tmp_path / "home"))
+    req = _setup(store, tmp_path, "env > env.txt")
+    await ToolActivities(store).run_tool(req)
+    names = {line.split("=", 1)[0] for line in (tmp_path / "env.txt").read_text().splitlines()}
+    assert "CLAUDE_PROJECT_DIR" in names and "PATH" in names
+    assert not {n for n in names if n.startswith(("ANTHROPIC_", "TEMPORAL_", "DURABLE_AGENT_"))}

@@ -8,9 +8,11 @@ import os
 import signal
 
 from activities.tools.base import MAX_OUTPUT_CHARS, ToolOutput, Workspace
+from activities.tools.environment import tool_environment
 from durable_agent.engine.tools import BashInput
 
 DEFAULT_TIMEOUT_MS = 120_000
+DRAIN_SECONDS = 0.5
 _KEEP = MAX_OUTPUT_CHARS // 2
 
 
@@ -60,6 +62,7 @@ async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
+        env=tool_environment(ws.root),
     )
     buffer = _HeadTail(_KEEP)
 
@@ -72,7 +75,10 @@ async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
     timed_out = False
     try:
         await asyncio.wait_for(proc.wait(), timeout)
-        await reader
+        # The call ends when its shell exits: a background job (`sleep 1000 &`) that still holds
+        # the output pipe gets a moment to flush, not the whole timeout.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reader), DRAIN_SECONDS)
     except TimeoutError:
         timed_out = True
         _kill_group(proc)
@@ -85,6 +91,9 @@ async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()  # our end of the pipe: a lingering writer gets EPIPE, not a hang
     output = buffer.text().rstrip("\n")
     if timed_out:
         return ToolOutput(f"{output}\n\nCommand timed out after {timeout:g}s and was killed.", True)

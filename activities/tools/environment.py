@@ -7,8 +7,11 @@ a command the model wrote or a hook a settings file names.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
 
 _SECRET_NAMES = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"})
@@ -27,4 +30,38 @@ def tool_environment(
     env = {k: v for k, v in (os.environ if base is None else base).items() if not is_private(k)}
     if workspace is not None:
         env["CLAUDE_PROJECT_DIR"] = str(workspace)
+    tag = RUN_TAG.get()
+    if tag:
+        env[RUN_TAG_NAME] = tag
     return env
+
+
+RUN_TAG_NAME = "DA_TOOL_RUN"
+RUN_TAG: ContextVar[str | None] = ContextVar("tool_run_tag", default=None)
+"""Set by run_tool for one execution: every process it starts carries the tag in its
+environment, so they can be found again, even after `setsid`/`nohup` left the process group."""
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes of this machine whose environment carries `RUN_TAG_NAME=tag`."""
+    needle = f"{RUN_TAG_NAME}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_tagged(tag: str) -> int:
+    """SIGKILL every process an execution started (a lost attempt's leftovers); how many."""
+    pids = [pid for pid in tagged_processes(tag) if pid != os.getpid()]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)

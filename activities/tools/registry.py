@@ -16,6 +16,7 @@ from activities.heartbeat import heartbeating
 from activities.tools.base import ToolError, ToolOutput, Workspace
 from activities.tools.bash import run_bash
 from activities.tools.edit import run_edit
+from activities.tools.environment import RUN_TAG, kill_tagged
 from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
 from activities.tools.read import run_read
@@ -126,6 +127,7 @@ class ToolActivities:
                 finished = await self._await_live_owner(req, started)
                 if finished is not None:
                     return ToolOutput(_text(finished.content), finished.is_error)
+                kill_tagged(_run_tag(req))  # what the lost attempt left running
                 return ToolOutput(INTERRUPTED_TEXT, is_error=True)
             self.store.mark_tool_started(
                 req.session_id, req.tool_use_id, req.run_id, _owner_record()
@@ -136,7 +138,11 @@ class ToolActivities:
                 {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": block.name,
                  "gen_ai.tool.call.id": block.id}
             )  # fmt: skip
-            output = await self._execute(req, block)
+            token = RUN_TAG.set(_run_tag(req))
+            try:
+                output = await self._execute(req, block)
+            finally:
+                RUN_TAG.reset(token)
             span.set_attribute("durable_agent.tool.is_error", output.is_error)
         return output
 
@@ -158,6 +164,10 @@ INTERRUPTED_TEXT = (
     "This tool call was interrupted (the worker running it stopped) before its result was "
     "recorded. It may have partly run; it was not re-run, to avoid running it twice."
 )
+
+
+def _run_tag(req: RunToolInput) -> str:
+    return f"{req.session_id}/{req.tool_use_id}/{req.run_id}"
 
 
 def _owner_record() -> dict[str, Any]:
