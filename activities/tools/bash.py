@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
+import subprocess
+import tempfile
 
 from activities.tools.base import MAX_OUTPUT_CHARS, ToolOutput, Workspace
 from activities.tools.environment import tool_environment
 from durable_agent.engine.tools import BashInput
 
 DEFAULT_TIMEOUT_MS = 120_000
-DRAIN_SECONDS = 0.5
 _KEEP = MAX_OUTPUT_CHARS // 2
 
 
@@ -53,47 +53,34 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
     timeout = (args.timeout or DEFAULT_TIMEOUT_MS) / 1000
-    proc = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        args.command,
-        cwd=ws.root,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-        env=tool_environment(ws.root),
-    )
-    buffer = _HeadTail(_KEEP)
-
-    async def pump() -> None:
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(65536):
+    # Output goes to a file, not a pipe: the call ends when the shell exits, even when a
+    # background job (`sleep 1000 &`) keeps the output open.
+    with tempfile.TemporaryFile() as out:
+        proc = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            args.command,
+            cwd=ws.root,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=tool_environment(ws.root),
+        )
+        timed_out = False
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            timed_out = True
+            _kill_group(proc)
+            await proc.wait()
+        except BaseException:
+            _kill_group(proc)  # cancelled: the activity was cancelled or the worker is stopping
+            raise
+        buffer = _HeadTail(_KEEP)
+        out.seek(0)
+        while chunk := out.read(65536):
             buffer.feed(chunk)
-
-    reader = asyncio.ensure_future(pump())
-    timed_out = False
-    try:
-        await asyncio.wait_for(proc.wait(), timeout)
-        # The call ends when its shell exits: a background job (`sleep 1000 &`) that still holds
-        # the output pipe gets a moment to flush, not the whole timeout.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), DRAIN_SECONDS)
-    except TimeoutError:
-        timed_out = True
-        _kill_group(proc)
-        await proc.wait()
-    except BaseException:
-        _kill_group(proc)  # cancelled: the activity was cancelled or the worker is stopping
-        raise
-    finally:
-        if not reader.done():
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-        transport = getattr(proc, "_transport", None)
-        if transport is not None:
-            transport.close()  # our end of the pipe: a lingering writer gets EPIPE, not a hang
     output = buffer.text().rstrip("\n")
     if timed_out:
         return ToolOutput(f"{output}\n\nCommand timed out after {timeout:g}s and was killed.", True)
