@@ -290,12 +290,7 @@ class TranscriptStore:
                     target = self.overflow_path(session_id, block.tool_use_id)
                     if target.exists():
                         continue
-                    text = (
-                        block.content
-                        if isinstance(block.content, str)
-                        else "\n".join(b.text for b in block.content if isinstance(b, TextBlock))
-                    )
-                    write_file_atomic(target, text)
+                    write_file_atomic(target, block.text())
 
     def get_tool_result(
         self, session_id: str, tool_use_id: str, run_id: str = ""

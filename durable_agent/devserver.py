@@ -70,7 +70,8 @@ def free_port(preferred: int) -> int:
     raise DevServerError("no free TCP port on 127.0.0.1")
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (it may be a zombie)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -90,7 +91,7 @@ def running(home: Path) -> DevServerInfo | None:
     except ValueError:
         return None
     host, port = info.address.rsplit(":", 1)
-    if _alive(info.pid) and port_open(host, int(port)):
+    if pid_alive(info.pid) and port_open(host, int(port)):
         return info
     return None
 
@@ -152,7 +153,7 @@ def stop_dev_server(home: Path) -> bool:
         return False
     os.killpg(info.pid, signal.SIGTERM)
     for _ in range(50):
-        if not _alive(info.pid):
+        if not pid_alive(info.pid):
             break
         time.sleep(0.1)
     (home / "devserver.json").unlink(missing_ok=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import tempfile
 
 from activities.tools.base import MAX_OUTPUT_CHARS, ToolOutput, Workspace
@@ -63,7 +62,7 @@ async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
             cwd=ws.root,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
-            stderr=subprocess.STDOUT,
+            stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             env=tool_environment(ws.root),
         )

@@ -23,6 +23,7 @@ from activities.tools.read import run_read
 from activities.tools.write import run_write
 from activities.transcript import StoreError, TranscriptError, TranscriptStore
 from durable_agent import telemetry
+from durable_agent.devserver import pid_alive
 from durable_agent.engine.contracts import RunToolInput, RunToolOutput
 from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
 from durable_agent.engine.tools import TOOL_SPECS
@@ -105,7 +106,10 @@ class ToolActivities:
         except TranscriptError as exc:
             output = ToolOutput(f"tool call could not be loaded: {exc}", is_error=True)
         else:
-            output = await self._run_once(req, block)
+            ran = await self._run_once(req, block)
+            if isinstance(ran, ToolResultBlock):  # the earlier attempt's own, recorded result
+                return _output(req, ran)
+            output = ran
         result = ToolResultBlock(
             tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
         )
@@ -116,9 +120,12 @@ class ToolActivities:
             return _output(req, result, inline=True)
         return _output(req, result)
 
-    async def _run_once(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
+    async def _run_once(
+        self, req: RunToolInput, block: ToolUseBlock
+    ) -> ToolOutput | ToolResultBlock:
         """Run the tool, unless it has side effects and an earlier attempt already started it:
-        then say so rather than run it twice (DESIGN §3 "started"/"finished")."""
+        then that attempt's result once it records one, else say it was interrupted rather than
+        run it twice (DESIGN §3 "started"/"finished")."""
         spec = TOOL_SPECS.get(block.name)
         side_effect = spec is None or not spec.is_read_only(block.input)
         if side_effect:
@@ -126,7 +133,7 @@ class ToolActivities:
             if started is not None:
                 finished = await self._await_live_owner(req, started)
                 if finished is not None:
-                    return ToolOutput(_text(finished.content), finished.is_error)
+                    return finished
                 kill_tagged(_run_tag(req))  # what the lost attempt left running
                 return ToolOutput(INTERRUPTED_TEXT, is_error=True)
             self.store.mark_tool_started(
@@ -196,13 +203,7 @@ def _owner_alive(started: dict[str, Any]) -> bool:
         return False
     if not isinstance(pid, int) or pid == os.getpid():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return Path(f"/proc/{pid}").exists() and not _is_zombie(pid)
+    return pid_alive(pid) and not _is_zombie(pid)
 
 
 def _is_zombie(pid: int) -> bool:
@@ -213,14 +214,8 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(getattr(b, "text", "") for b in content)
-
-
 def _output(req: RunToolInput, result: ToolResultBlock, inline: bool = False) -> RunToolOutput:
-    text = _text(result.content)
+    text = result.text()
     return RunToolOutput(
         tool_use_id=req.tool_use_id,
         is_error=result.is_error,

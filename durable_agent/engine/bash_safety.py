@@ -42,8 +42,8 @@ def _positionals(args: list[str]) -> list[str]:
 
 
 def _uniq(args: list[str]) -> bool:
-    # `uniq INPUT OUTPUT` writes OUTPUT; options taking a value (-f N, -s N, -w N) are spelled
-    # attached or as separate words, so only count words after the last option conservatively.
+    # `uniq INPUT OUTPUT` writes OUTPUT. The value of a separate-word option (`-f 2`) counts as
+    # a positional too, which can only make the command a side effect: the safe direction.
     if not _without("--output")(args):
         return False
     return len(_positionals(args)) <= 1

@@ -43,6 +43,12 @@ class ToolResultBlock(_Block):
     content: str | list[TextBlock | ImageBlock] = ""
     is_error: bool = False
 
+    def text(self) -> str:
+        """The result as text (images are left out)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
 
 class ThinkingBlock(_Block):
     type: Literal["thinking"] = "thinking"
