@@ -51,6 +51,7 @@ def build_worker(
             compaction.autocompact,
             compaction.plan_collapse,
             tools.run_tool,
+            tools.end_session_processes,
             stores.append_entry,
             stores.transcript_location,
             hooks.run_stop_hooks,

@@ -18,6 +18,8 @@ from durable_agent.engine.contracts import (
     AppendEntryOutput,
     CallModelInput,
     CallModelOutput,
+    EndProcessesInput,
+    EndProcessesOutput,
     RunToolInput,
     RunToolOutput,
     StopHooksInput,
@@ -97,6 +99,7 @@ class Fakes:
     max_running: int = 0
     started: asyncio.Event = field(default_factory=asyncio.Event)
     tool_started: asyncio.Event = field(default_factory=asyncio.Event)
+    ended_sessions: list[str] = field(default_factory=list)
 
     @activity.defn(name="call_model")
     async def call_model(self, req: CallModelInput) -> CallModelOutput:
@@ -172,6 +175,11 @@ class Fakes:
     async def transcript_location(self, session_id: str) -> str:
         return f"/fake/{session_id}.jsonl"
 
+    @activity.defn(name="end_session_processes")
+    async def end_session_processes(self, req: EndProcessesInput) -> EndProcessesOutput:
+        self.ended_sessions.append(req.session_id)
+        return EndProcessesOutput(killed=0)
+
     def worker(self, client: Client, task_queue: str, **kwargs: object) -> Worker:
         self.client = client
         return Worker(
@@ -183,6 +191,7 @@ class Fakes:
                 self.run_tool,
                 self.append_entry,
                 self.transcript_location,
+                self.end_session_processes,
             ],
             **kwargs,  # type: ignore[arg-type]
         )

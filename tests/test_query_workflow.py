@@ -6,12 +6,14 @@ import uuid
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent.engine.contracts import PromptRequest, QueryInput, SessionInput
-from durable_agent.engine.state import QueryConfig, Terminal, Transition
+from durable_agent.engine.state import QueryConfig, QueryResult, Terminal, Transition
 from tests.fakes import BLOCK, Fakes, completed_activities, reply, tools
+from tests.helpers import record_histories
 from workflows.query import QueryWorkflow
-from workflows.session import SessionWorkflow
+from workflows.session import MAX_QUEUED_PROMPTS, SessionWorkflow
 from workflows.streaming_tools import INTERRUPTED_TOOL, NOT_RUN_TOOL
 
 
@@ -174,31 +176,89 @@ async def test_session_runs_prompts_in_sequence_and_validates_updates(ts_env, ta
         )
         assert accepted.query_workflow_id == f"{sid}-q1"
         await asyncio.wait_for(fakes.started.wait(), 10)
-        with pytest.raises(WorkflowUpdateFailedError) as busy:
-            await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="two"))
-        assert "already running" in str(busy.value.cause)
+        # A prompt sent while one runs waits for it (it is not refused, nor lost).
+        queued = await handle.execute_update(
+            SessionWorkflow.submit_prompt, PromptRequest(prompt="two", max_turns=3)
+        )
+        assert queued.query_workflow_id == f"{sid}-q2"
         status = await handle.query(SessionWorkflow.status)
-        assert status.running_query_id == f"{sid}-q1"
+        assert status.running_query_id == f"{sid}-q1" and status.queued == 1
         assert await handle.query(SessionWorkflow.transcript_path) == f"/fake/{sid}.jsonl"
         await handle.signal(SessionWorkflow.interrupt)
         first = await ts_env.client.get_workflow_handle_for(QueryWorkflow.run, f"{sid}-q1").result()
         assert first.terminal == Terminal.ABORTED_STREAMING
-        for _ in range(100):
-            if (await handle.query(SessionWorkflow.status)).running_query_id is None:
-                break
-            await asyncio.sleep(0.05)
-        await handle.execute_update(
-            SessionWorkflow.submit_prompt, PromptRequest(prompt="two", max_turns=3)
-        )
-        second = await ts_env.client.get_workflow_handle_for(
-            QueryWorkflow.run, f"{sid}-q2"
-        ).result()
+        second = await query_result(ts_env.client, f"{sid}-q2")
         await handle.signal(SessionWorkflow.close)
         final = await handle.result()
+        await record_histories(ts_env.client, sid)
     assert second.terminal == Terminal.COMPLETED
     assert fakes.model_calls[1].new_user.parent_uuid == first.head_uuid  # type: ignore[union-attr]
     assert fakes.model_calls[1].config.max_turns == 3
     assert final.queries == 2 and final.head_uuid == second.head_uuid and final.closed
+    assert final.queued == 0 and fakes.ended_sessions == [sid]
+
+
+async def query_result(client, query_id: str) -> QueryResult:
+    """The result of a prompt's workflow, which starts once the prompts before it finished."""
+    for _ in range(400):
+        try:
+            return await client.get_workflow_handle_for(QueryWorkflow.run, query_id).result()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{query_id} never started")
+
+
+async def test_session_queues_prompts_in_order_across_continue_as_new(ts_env, task_queue):
+    fakes = Fakes(script=[BLOCK, reply("b"), reply("c")])
+    sid = f"sess-{uuid.uuid4()}"
+    async with fakes.worker(ts_env.client, task_queue):
+        handle = await ts_env.client.start_workflow(
+            SessionWorkflow.run,
+            SessionInput(
+                session_id=sid, config=QueryConfig(model_heartbeat_seconds=2), queries_per_run=1
+            ),
+            id=sid,
+            task_queue=task_queue,
+        )
+        ids = []
+        for prompt in ["a", "b", "c"]:
+            accepted = await handle.execute_update(
+                SessionWorkflow.submit_prompt, PromptRequest(prompt=prompt)
+            )
+            ids.append(accepted.query_workflow_id)
+        assert ids == [f"{sid}-q1", f"{sid}-q2", f"{sid}-q3"]
+        await asyncio.wait_for(fakes.started.wait(), 10)
+        await handle.signal(SessionWorkflow.interrupt)
+        third = await query_result(ts_env.client, f"{sid}-q3")
+        await handle.signal(SessionWorkflow.close)
+        final = await handle.result()
+    # One prompt per run: b and c were carried over continue-as-new, and ran in order.
+    prompts = [c.new_user.prompt for c in fakes.model_calls]  # type: ignore[union-attr]
+    assert prompts == ["a", "b", "c"] and third.terminal == Terminal.COMPLETED
+    assert final.queries == 3 and final.head_uuid == third.head_uuid
+
+
+async def test_session_bounds_its_queue(ts_env, task_queue):
+    fakes = Fakes(script=[BLOCK])
+    sid = f"sess-{uuid.uuid4()}"
+    async with fakes.worker(ts_env.client, task_queue):
+        handle = await ts_env.client.start_workflow(
+            SessionWorkflow.run,
+            SessionInput(session_id=sid, config=QueryConfig(model_heartbeat_seconds=2)),
+            id=sid,
+            task_queue=task_queue,
+        )
+        await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="a"))
+        await asyncio.wait_for(fakes.started.wait(), 10)
+        for _ in range(MAX_QUEUED_PROMPTS):
+            await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="b"))
+        with pytest.raises(WorkflowUpdateFailedError) as full:
+            await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="c"))
+        assert f"{MAX_QUEUED_PROMPTS} prompts are already waiting" in str(full.value.cause)
+        assert (await handle.query(SessionWorkflow.status)).queued == MAX_QUEUED_PROMPTS
+        await handle.terminate("test over")
 
 
 async def test_session_continues_as_new_between_prompts(ts_env, task_queue):

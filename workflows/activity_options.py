@@ -16,6 +16,8 @@ with workflow.unsafe.imports_passed_through():
         CallModelOutput,
         CompactInput,
         CompactOutput,
+        EndProcessesInput,
+        EndProcessesOutput,
         PlanCollapseInput,
         PlanCollapseOutput,
         RunToolInput,
@@ -133,4 +135,15 @@ def append_entry(req: AppendEntryInput) -> Awaitable[AppendEntryOutput]:
         result_type=AppendEntryOutput,
         start_to_close_timeout=STORE_TIMEOUT,
         retry_policy=STORE_RETRY,
+    )
+
+
+def end_session_processes(req: EndProcessesInput) -> Awaitable[EndProcessesOutput]:
+    return workflow.execute_activity(
+        "end_session_processes",
+        req,
+        result_type=EndProcessesOutput,
+        start_to_close_timeout=STORE_TIMEOUT,
+        retry_policy=STORE_RETRY,
+        summary="end the session's processes",
     )

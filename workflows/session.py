@@ -9,6 +9,7 @@ from temporalio.exceptions import ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
+        EndProcessesInput,
         PromptAccepted,
         PromptRequest,
         QueryInput,
@@ -16,8 +17,12 @@ with workflow.unsafe.imports_passed_through():
         SessionStatus,
     )
     from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryResult
-    from workflows.activity_options import STORE_RETRY, STORE_TIMEOUT
+    from workflows.activity_options import STORE_RETRY, STORE_TIMEOUT, end_session_processes
     from workflows.query import QueryWorkflow
+
+
+MAX_QUEUED_PROMPTS = 20
+"""Prompts a session holds while one runs; more is almost surely a runaway client."""
 
 
 def query_workflow_id(session_id: str, index: int) -> str:
@@ -31,11 +36,14 @@ class SessionWorkflow:
         self._session_id = inp.session_id
         self._head = inp.head_uuid
         self._queries = inp.queries
-        self._pending: PromptRequest | None = (
-            PromptRequest(prompt=inp.initial_prompt, max_turns=inp.initial_max_turns)
-            if inp.initial_prompt
-            else None
-        )
+        # Prompts accepted and not started, in order. A prompt sent while another runs waits
+        # here: whether one "is running" is workflow state, rebuilt from history on replay, and an
+        # Update may arrive in the same activation as the running prompt's completion.
+        self._queue: list[PromptRequest] = list(inp.queued)
+        if inp.initial_prompt:
+            self._queue.insert(
+                0, PromptRequest(prompt=inp.initial_prompt, max_turns=inp.initial_max_turns)
+            )
         self._running: str | None = None
         self._last: QueryResult | None = None
         self._last_error: str | None = None
@@ -45,9 +53,10 @@ class SessionWorkflow:
 
     @workflow.update
     def submit_prompt(self, req: PromptRequest) -> PromptAccepted:
-        """Queue a prompt; returns the id its QueryWorkflow will have (it starts right after)."""
-        self._pending = req
-        index = self._queries + 1
+        """Queue a prompt; returns the id its QueryWorkflow will have (it starts when the prompts
+        before it have finished)."""
+        self._queue.append(req)
+        index = self._queries + len(self._queue)
         return PromptAccepted(
             query_workflow_id=query_workflow_id(self._session_id, index), index=index
         )
@@ -63,9 +72,10 @@ class SessionWorkflow:
             )
         if self._closed:
             raise ValueError("this session is closed; start a new one")
-        if self._running is not None or self._pending is not None:
+        if len(self._queue) >= MAX_QUEUED_PROMPTS:
             raise ValueError(
-                "a prompt is already running in this session; wait for it or interrupt it"
+                f"{len(self._queue)} prompts are already waiting in this session; "
+                "wait for them or interrupt the running one"
             )
         if req.max_turns is not None and req.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -96,6 +106,7 @@ class SessionWorkflow:
             last_result=self._last,
             last_error=self._last_error,
             closed=self._closed,
+            queued=len(self._queue),
         )
 
     @workflow.query
@@ -115,36 +126,41 @@ class SessionWorkflow:
         while True:
             await workflow.wait_condition(
                 lambda: (
-                    self._pending is not None
-                    or self._closed
-                    or (inp.close_when_idle and self._queries > 0)
+                    bool(self._queue) or self._closed or (inp.close_when_idle and self._queries > 0)
                 )
             )
-            if self._pending is None:
+            if not self._queue:
                 break
             if runs_here >= inp.queries_per_run or workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                first, *rest = self._queue
                 workflow.continue_as_new(
                     SessionInput(
                         session_id=self._session_id,
                         config=inp.config,
                         head_uuid=self._head,
-                        initial_prompt=self._pending.prompt,
-                        initial_max_turns=self._pending.max_turns,
+                        initial_prompt=first.prompt,
+                        initial_max_turns=first.max_turns,
                         close_when_idle=inp.close_when_idle,
                         queries=self._queries,
                         context_tokens=self._context_tokens,
                         queries_per_run=inp.queries_per_run,
+                        queued=rest,
                     )
                 )
             runs_here += 1
-            await self._run_prompt(inp, self._pending)
+            await self._run_prompt(inp, self._queue.pop(0))
+        if workflow.patched("session-end-processes-v1"):
+            # Nothing a tool of this session started outlives it (`nohup … &`, `cmd &`).
+            await end_session_processes(EndProcessesInput(session_id=self._session_id))
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.status()
 
     async def _run_prompt(self, inp: SessionInput, req: PromptRequest) -> None:
         index = self._queries + 1
         child_id = query_workflow_id(self._session_id, index)
+        # Counted before the start is awaited: an Update accepted meanwhile numbers after it.
+        self._queries = index
         config = inp.config
         if req.max_turns is not None:
             config = config.model_copy(update={"max_turns": req.max_turns})
@@ -162,8 +178,6 @@ class SessionWorkflow:
             execution_timeout=timedelta(days=30),
         )
         self._running = child_id
-        self._pending = None
-        self._queries = index
         try:
             result = await handle
         except ChildWorkflowError as exc:

@@ -42,8 +42,14 @@ RUN_TAG: ContextVar[str | None] = ContextVar("tool_run_tag", default=None)
 environment, so they can be found again, even after `setsid`/`nohup` left the process group."""
 
 
-def tagged_processes(tag: str) -> list[int]:
-    """Live processes of this machine whose environment carries `RUN_TAG_NAME=tag`."""
+def session_tag_prefix(session_id: str) -> str:
+    """What every tag of one session's tool runs starts with (`session/tool_use_id/run_id`)."""
+    return f"{session_id}/"
+
+
+def tagged_processes(tag: str, prefix: bool = False) -> list[int]:
+    """Live processes of this machine whose environment carries `RUN_TAG_NAME=tag` (with
+    `prefix`, any tag that starts with `tag`)."""
     needle = f"{RUN_TAG_NAME}={tag}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -53,14 +59,16 @@ def tagged_processes(tag: str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if needle in environ.split(b"\0"):
+        entries = environ.split(b"\0")
+        if any(e.startswith(needle) for e in entries) if prefix else needle in entries:
             found.append(int(entry.name))
     return found
 
 
-def kill_tagged(tag: str) -> int:
-    """SIGKILL every process an execution started (a lost attempt's leftovers); how many."""
-    pids = [pid for pid in tagged_processes(tag) if pid != os.getpid()]
+def kill_tagged(tag: str, prefix: bool = False) -> int:
+    """SIGKILL every process an execution started (a lost attempt's leftovers, or with `prefix`
+    all of a session's); how many."""
+    pids = [pid for pid in tagged_processes(tag, prefix) if pid != os.getpid()]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -16,7 +16,7 @@ from activities.heartbeat import heartbeating
 from activities.tools.base import ToolError, ToolOutput, Workspace
 from activities.tools.bash import run_bash
 from activities.tools.edit import run_edit
-from activities.tools.environment import RUN_TAG, kill_tagged
+from activities.tools.environment import RUN_TAG, kill_tagged, session_tag_prefix
 from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
 from activities.tools.read import run_read
@@ -24,7 +24,12 @@ from activities.tools.write import run_write
 from activities.transcript import StoreError, TranscriptError, TranscriptStore
 from durable_agent import telemetry
 from durable_agent.devserver import pid_alive
-from durable_agent.engine.contracts import RunToolInput, RunToolOutput
+from durable_agent.engine.contracts import (
+    EndProcessesInput,
+    EndProcessesOutput,
+    RunToolInput,
+    RunToolOutput,
+)
 from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
 from durable_agent.engine.tools import TOOL_SPECS
 
@@ -119,6 +124,15 @@ class ToolActivities:
             # The tool ran: its result must reach the model even if the store cannot hold it.
             return _output(req, result, inline=True)
         return _output(req, result)
+
+    @activity.defn(name="end_session_processes")
+    async def end_session_processes(self, req: EndProcessesInput) -> EndProcessesOutput:
+        """End what the session's tools left running on this machine (`nohup … &` daemons,
+        background jobs): every process whose environment carries one of its run tags."""
+        killed = kill_tagged(session_tag_prefix(req.session_id), prefix=True)
+        if killed:
+            activity.logger.info("ended %d process(es) of session %s", killed, req.session_id)
+        return EndProcessesOutput(killed=killed)
 
     async def _run_once(
         self, req: RunToolInput, block: ToolUseBlock

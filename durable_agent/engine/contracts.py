@@ -146,6 +146,11 @@ class PlanCollapseOutput(BaseModel):
     tool_use_ids: list[str]
 
 
+class PromptRequest(BaseModel):
+    prompt: str
+    max_turns: int | None = None
+
+
 class SessionInput(BaseModel):
     session_id: str
     config: QueryConfig
@@ -158,11 +163,16 @@ class SessionInput(BaseModel):
     context_tokens: int = 0
     queries_per_run: int = Field(default=50, ge=1)
     """Continue-as-new after this many prompts, carrying the conversation head."""
+    queued: list[PromptRequest] = Field(default_factory=list)
+    """Prompts accepted but not started yet, after `initial_prompt` (carried over continue-as-new)."""
 
 
-class PromptRequest(BaseModel):
-    prompt: str
-    max_turns: int | None = None
+class EndProcessesInput(BaseModel):
+    session_id: str
+
+
+class EndProcessesOutput(BaseModel):
+    killed: int
 
 
 class PromptAccepted(BaseModel):
@@ -178,6 +188,8 @@ class SessionStatus(BaseModel):
     last_result: QueryResult | None = None
     last_error: str | None = None
     closed: bool = False
+    queued: int = 0
+    """Prompts accepted that wait for the running one."""
 
 
 class StopHooksInput(BaseModel):
