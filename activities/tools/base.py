@@ -54,6 +54,18 @@ class Workspace:
             raise ToolError(f"path {raw} is outside the workspace {self.root}; access refused")
         return resolved
 
+    def real_inside(self, path: Path | str) -> Path | None:
+        """`path` with every symlink followed, or None when that lands outside the workspace.
+
+        Never raises: a dangling link resolves to where it points, which callers then
+        fail to open. Search tools use it on every entry they would read or list.
+        """
+        try:
+            real = Path(os.path.realpath(path))
+        except (OSError, ValueError):
+            return None
+        return real if real == self.root or real.is_relative_to(self.root) else None
+
     def display(self, path: Path) -> str:
         try:
             rel = path.relative_to(self.root)

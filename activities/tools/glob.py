@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import stat
+
 from activities.tools.base import ToolError, ToolOutput, Workspace
 from durable_agent.engine.tools import GlobInput
 
@@ -16,12 +18,18 @@ async def run_glob(args: GlobInput, ws: Workspace) -> ToolOutput:
         raise ToolError("pattern must be relative and stay inside the workspace")
     found = []
     for path in base.glob(args.pattern):
-        try:
-            real = ws.resolve(str(path))
-        except ToolError:
+        # Confined like Read: listed only when its real location is a regular file inside
+        # the workspace. A link out, a dangling link, or a file gone since the directory
+        # was listed is skipped, not fatal; one stat of the real path answers all three.
+        real = ws.real_inside(path)
+        if real is None:
             continue
-        if real.is_file():
-            found.append((path.stat().st_mtime, path))
+        try:
+            info = real.stat()
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            found.append((info.st_mtime, path))
     if not found:
         return ToolOutput("No files found")
     found.sort(key=lambda item: (-item[0], str(item[1])))
