@@ -7,12 +7,13 @@ the engine and raised as an ApplicationError carrying the decision (type, non_re
 from __future__ import annotations
 
 import asyncio
+import json
 import platform
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, get_args
 
 import anthropic
 import httpx2
@@ -43,7 +44,7 @@ from durable_agent.engine.errors import (
     RetryTrack,
     classify,
 )
-from durable_agent.engine.messages import Message, ToolUseBlock, Usage
+from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, Usage
 from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, QueryConfig
 from durable_agent.engine.tools import TOOL_SPECS
@@ -87,7 +88,75 @@ def system_prompt(config: QueryConfig) -> str:
 
 
 class StreamIncomplete(Exception):
-    """The SSE stream ended without message_stop (a truncated response)."""
+    """The SSE stream stalled (nothing arrived for the idle time)."""
+
+
+class MalformedResponse(Exception):
+    """The API answered 200 with something the client cannot read: a malformed or cut-short
+    stream, a tool_use whose input is not JSON, a body that is not an event stream. The message
+    is one line naming what was sent."""
+
+
+PREVIEW_CHARS = 80
+RAW_EVENT_TYPES = frozenset(
+    {
+        "message_start", "message_delta", "message_stop",
+        "content_block_start", "content_block_delta", "content_block_stop",
+    }
+)  # fmt: skip
+"""The SSE events the API sends (pings aside); the SDK adds its own (`text`, `input_json`…)."""
+KNOWN_BLOCK_TYPES = frozenset(
+    cls.model_fields["type"].default for cls in get_args(get_args(ContentBlock)[0])
+)
+"""Content block types the transcript can hold; others are left out of the stored answer."""
+
+
+def _preview(text: str) -> str:
+    """The first PREVIEW_CHARS characters of `text`, on one line, quoted."""
+    flat = " ".join(text.split())
+    return repr(flat[:PREVIEW_CHARS] + ("…" if len(flat) > PREVIEW_CHARS else ""))
+
+
+def unreadable_event(exc: Exception, snapshot: Any, received: int) -> MalformedResponse:
+    """What the SDK could not parse in the stream, as one line naming what the API sent."""
+    if isinstance(exc, json.JSONDecodeError):
+        return MalformedResponse(
+            f"the API sent a malformed SSE event after {received} events: "
+            f"data line is not JSON: {_preview(exc.doc)}"
+        )
+    text = str(exc)
+    if isinstance(exc, ValueError) and "tool parameter JSON" in text:
+        tools = [b for b in getattr(snapshot, "content", []) if b.type == "tool_use"]
+        which = f"tool_use {tools[-1].id} ({tools[-1].name})" if tools else "a tool_use"
+        sent = text.partition(". JSON: ")[2]
+        return MalformedResponse(
+            f"the API sent {which} whose input is not valid JSON ({exc.__cause__ or exc}): "
+            f"{_preview(sent)}"
+        )
+    return MalformedResponse(
+        f"the API sent an SSE event the client cannot read after {received} events: "
+        f"{_preview(text)}"
+    )
+
+
+def _snapshot(stream: Any) -> Any:
+    """The message accumulated so far, or None before message_start."""
+    try:
+        return stream.current_message_snapshot
+    except AssertionError:
+        return None
+
+
+async def non_sse_body(response: httpx2.Response) -> MalformedResponse:
+    """A 200 that is not an event stream (an HTML page from a proxy, say), named by its type."""
+    ctype = response.headers.get("content-type") or "no content type"
+    body = (await response.aread()).decode("utf-8", errors="replace")
+    try:
+        json.loads(body)
+        what = "a JSON body instead of an event stream"
+    except ValueError:
+        what = "a non-JSON body"
+    return MalformedResponse(f"the API answered 200 with {what} ({ctype}): {_preview(body)}")
 
 
 def to_failure(exc: BaseException) -> ApiFailure:
@@ -228,6 +297,7 @@ class ModelActivities:
             httpx2.HTTPError,
             OSError,
             StreamIncomplete,
+            MalformedResponse,
             CredentialsError,
         ) as exc:
             decision = self._decide(exc, req, track)
@@ -245,8 +315,17 @@ class ModelActivities:
                     message=decision.message, delay_seconds=decision.delay_seconds,
                 ))  # fmt: skip
             raise to_application_error(decision) from exc
+        unknown = [b.type for b in final.content if b.type not in KNOWN_BLOCK_TYPES]
+        if unknown:
+            activity.logger.warning(
+                "the API sent content blocks of unknown types %s; they are left out", unknown
+            )
+            span.add_event("unknown_content_blocks", {"types": unknown})
         message = Message.model_validate(
-            {"role": "assistant", "content": [b.model_dump() for b in final.content]}
+            {
+                "role": "assistant",
+                "content": [b.model_dump() for b in final.content if b.type in KNOWN_BLOCK_TYPES],
+            }
         )
         self._received[key] = final
         try:
@@ -297,7 +376,10 @@ class ModelActivities:
             heartbeating(details),
             self.client(refresh_key=refresh).messages.stream(**request) as stream,
         ):
+            if "text/event-stream" not in stream.response.headers.get("content-type", ""):
+                raise await non_sse_body(stream.response)
             stopped = False
+            received = 0
             events = stream.__aiter__()
             while True:
                 try:
@@ -307,6 +389,10 @@ class ModelActivities:
                 except TimeoutError:
                     # Leaving the `async with` closes the stalled connection.
                     raise StreamIncomplete(f"the API sent nothing for {idle:g}s") from None
+                except (ValueError, TypeError, RuntimeError, AttributeError, KeyError) as exc:
+                    # The SDK could not parse what arrived (its parser's text, not ours).
+                    raise unreadable_event(exc, _snapshot(stream), received) from None
+                received += event.type in RAW_EVENT_TYPES
                 activity.heartbeat(details)
                 stopped = stopped or event.type == "message_stop"
                 if early and event.type == "content_block_stop":
@@ -316,13 +402,19 @@ class ModelActivities:
                             req, ToolUseBlock(id=block.id, name=block.name, input=dict(block.input))
                         )
             if not stopped:
-                raise StreamIncomplete("the response stream ended before message_stop")
+                if received == 0:
+                    raise MalformedResponse("the API answered 200 but sent no SSE events")
+                raise MalformedResponse(
+                    f"the API's stream ended after {received} events, without message_stop"
+                )
             return await stream.get_final_message()
 
     def _decide(self, exc: BaseException, req: CallModelInput, track: RetryTrack) -> ErrorDecision:
         cfg = req.config
         if isinstance(exc, CredentialsError):
             failure = ApiFailure(status=401, error_type="authentication_error", message=str(exc))
+        elif isinstance(exc, MalformedResponse):
+            failure = ApiFailure(status=200, message=str(exc), malformed=True)
         else:
             failure = to_failure(exc)
         return classify(

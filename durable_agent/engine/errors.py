@@ -29,6 +29,8 @@ class ErrorKind(StrEnum):
     MEDIA = "MediaError"
     INVALID_REQUEST = "InvalidRequest"
     NOT_FOUND = "NotFound"
+    MALFORMED = "MalformedResponse"
+    """A 200 the client cannot read: a malformed or cut-short stream, a body that is not SSE."""
     UNKNOWN = "UnknownModelError"
 
 
@@ -61,6 +63,8 @@ NON_RETRYABLE_ERROR_TYPES: tuple[str, ...] = (
 
 DEFAULT_MAX_ATTEMPTS = 10
 MAX_529_RETRIES = 3
+MAX_MALFORMED_ATTEMPTS = 3
+"""Unreadable answers (typically a proxy's hiccup) get this many tries in all, not 10."""
 MAX_CREDENTIAL_REFRESHES = 1
 BASE_DELAY_SECONDS = 0.5
 MAX_DELAY_SECONDS = 32.0
@@ -108,6 +112,8 @@ class ApiFailure(BaseModel):
     message: str = ""
     headers: dict[str, str] = Field(default_factory=dict)
     connection_reset: bool = False
+    malformed: bool = False
+    """The API answered 200 but what it sent cannot be read (`message` says what it sent)."""
 
 
 class RetryTrack(BaseModel):
@@ -115,12 +121,14 @@ class RetryTrack(BaseModel):
 
     consecutive_529: int = 0
     credential_refreshes: int = 0
+    malformed: int = 0
 
     def after(self, kind: ErrorKind, action: Action) -> RetryTrack:
         return RetryTrack(
             consecutive_529=self.consecutive_529 + 1 if kind == ErrorKind.OVERLOADED else 0,
             credential_refreshes=self.credential_refreshes
             + (1 if action == Action.REFRESH_CREDENTIALS else 0),
+            malformed=self.malformed + (1 if kind == ErrorKind.MALFORMED else 0),
         )
 
 
@@ -192,6 +200,8 @@ def backoff_delay(attempt: int, cap: float = MAX_DELAY_SECONDS, jitter: float = 
 
 def kind_of(failure: ApiFailure) -> ErrorKind:
     """The body's `error.type` wins over the status (an `error` event arrives with status 200)."""
+    if failure.malformed:
+        return ErrorKind.MALFORMED
     if _PTL.search(failure.message) or failure.status == 413:
         return ErrorKind.PROMPT_TOO_LONG
     if failure.status == 400 and _MEDIA.search(failure.message):
@@ -268,6 +278,11 @@ def _action(kind: ErrorKind, failure: ApiFailure, ctx: RetryContext) -> tuple[Ac
         return Action.FAIL, "the credentials were refreshed and still refused"
     if kind == ErrorKind.CONNECTION_RESET:
         return Action.REBUILD_CLIENT, ""
+    if kind == ErrorKind.MALFORMED:
+        tries = ctx.track.malformed + 1
+        if tries >= MAX_MALFORMED_ATTEMPTS:
+            return Action.FAIL, f"gave up after {tries} unreadable answers"
+        return Action.RETRY, ""
     if should_retry.lower() == "true":
         return Action.RETRY, ""
     if kind in (ErrorKind.INVALID_REQUEST, ErrorKind.NOT_FOUND):

@@ -27,14 +27,96 @@ class Expect(BaseModel):
     model: str | None = None
 
 
-class Fault(BaseModel):
-    """Break a streamed response after `after_events` SSE events."""
+PROXY_PAGE = (
+    "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n"
+    "<body><h1>502 Bad Gateway</h1><p>The upstream server did not answer.</p></body></html>\n"
+)
 
-    kind: Literal["drop", "truncate", "error_event"]
-    """drop: close the connection mid-stream; truncate: end the stream cleanly but early;
-    error_event: send an `error` event (type `error_type`), as the API does when it overloads."""
+
+class Fault(BaseModel):
+    """Break a streamed response, most kinds after `after_events` SSE events.
+
+    drop: close the connection mid-event (a reset);
+    truncate: end the stream cleanly but early (no message_stop);
+    error_event: send an `error` event (type `error_type`), as the API does when it overloads;
+    garbage_event: send a `content_block_delta` event whose `data:` line is `body` (default: not
+    JSON), then end the stream;
+    stall: send nothing more for `seconds`, then end the stream (the server notices, and counts
+    in `ReplayServer.hangups`, a client that closes the connection meanwhile);
+    bad_tool_json: (`after_events` unused) the first tool_use block's input_json_delta pieces
+    form invalid JSON (`{"command": "ls", oops}`), the rest of the stream is as scripted;
+    unknown_block: (`after_events` unused) one more content block, of type `block_type`, is
+    streamed after the scripted ones (content_block_start + content_block_stop);
+    non_json_200: (`after_events` unused) the whole answer is HTTP 200 with content type
+    `content_type` and body `body` (default: a proxy's HTML error page), streaming or not.
+    """
+
+    kind: Literal[
+        "drop",
+        "truncate",
+        "error_event",
+        "garbage_event",
+        "stall",
+        "bad_tool_json",
+        "unknown_block",
+        "non_json_200",
+    ]
     after_events: int = 3
     error_type: str = "overloaded_error"
+    body: str | None = None
+    """garbage_event: the data line (default `<html>not json</html>`); non_json_200: the body
+    (default PROXY_PAGE)."""
+    content_type: str = "text/html; charset=utf-8"
+    """non_json_200: the content-type header."""
+    block_type: str = "hologram"
+    """unknown_block: the block type the client does not know."""
+    seconds: float = 3600.0
+    """stall: how long to send nothing."""
+
+
+BAD_TOOL_JSON = '{"command": "ls", oops}'
+
+
+def turn_events(turn: Turn, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The SSE events of `turn`'s response, with a bad_tool_json / unknown_block fault applied."""
+    assert turn.response is not None
+    events = sse_events(turn.response, model)
+    kind = turn.fault.kind if turn.fault is not None else None
+    if kind == "bad_tool_json":
+        events = _bad_tool_json(events)
+    elif kind == "unknown_block":
+        assert turn.fault is not None
+        events = _with_block(events, len(turn.response.get("content", [])), turn.fault.block_type)
+    yield from events
+
+
+def _bad_tool_json(
+    events: Iterator[tuple[str, dict[str, Any]]],
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    target: int | None = None
+    done = False
+    for name, data in events:
+        block = data.get("content_block") or {}
+        if name == "content_block_start" and block.get("type") == "tool_use" and target is None:
+            target = data["index"]
+        delta = data.get("delta") or {}
+        if target is not None and data.get("index") == target and "partial_json" in delta:
+            if not done:
+                done = True
+                for piece in _chunks(BAD_TOOL_JSON):
+                    yield name, _delta(target, {"type": "input_json_delta", "partial_json": piece})
+            continue
+        yield name, data
+
+
+def _with_block(
+    events: Iterator[tuple[str, dict[str, Any]]], index: int, block_type: str
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, data in events:
+        if name == "message_delta":
+            yield "content_block_start", _start(index, {"type": block_type})
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        yield name, data
 
 
 class Turn(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 import threading
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-from durable_agent.replay.cassette import ErrorReply, Fault, Turn, sse_events
+from durable_agent.replay.cassette import PROXY_PAGE, ErrorReply, Fault, Turn, turn_events
 
 Script = Callable[[dict[str, Any], int], Turn]
 
@@ -85,6 +86,11 @@ class ReplayServer(LoopbackServer):
         self.request_times: list[float] = []
         """time.monotonic() at which each request arrived."""
         self.violations: list[str] = []
+        self.open_connections = 0
+        """Connections accepted and not yet finished."""
+        self.hangups: list[float] = []
+        """time.monotonic() at which a client closed a stream the server was still sending (or
+        pausing in)."""
         self._lock = threading.Lock()
         super().__init__(port)
 
@@ -123,6 +129,18 @@ class ReplayServer(LoopbackServer):
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server.open_connections += 1
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    with server._lock:
+                        server.open_connections -= 1
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 try:
@@ -149,6 +167,8 @@ class ReplayServer(LoopbackServer):
                 if turn.error is not None:
                     return self._error(turn.error)
                 assert turn.response is not None
+                if turn.fault is not None and turn.fault.kind == "non_json_200":
+                    return self._raw(200, turn.fault.content_type, turn.fault.body or PROXY_PAGE)
                 if body.get("stream"):
                     self._stream(turn, body.get("model", "replay"))
                 else:
@@ -166,6 +186,33 @@ class ReplayServer(LoopbackServer):
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _raw(self, status: int, content_type: str, text: str) -> None:
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _wait(self, seconds: float) -> bool:
+                """Sleep `seconds`; False (and a hangup counted) if the client closes first."""
+                deadline = time.monotonic() + seconds
+                while (left := deadline - time.monotonic()) > 0:
+                    readable, _, _ = select.select([self.connection], [], [], min(left, 0.05))
+                    if readable and not self._peer_open():
+                        return False
+                return True
+
+            def _peer_open(self) -> bool:
+                try:
+                    if self.connection.recv(1, socket.MSG_PEEK) != b"":
+                        return True
+                except OSError:
+                    pass
+                with server._lock:
+                    server.hangups.append(time.monotonic())
+                return False
+
             def _error(self, err: ErrorReply) -> None:
                 body = {"type": "error", "error": {"type": err.type, "message": err.message}}
                 self._json(err.status, body, err.headers)
@@ -176,19 +223,24 @@ class ReplayServer(LoopbackServer):
                 self.send_header("cache-control", "no-cache")
                 self.send_header("connection", "close")
                 self.end_headers()
-                assert turn.response is not None
                 fault = turn.fault
-                for sent, (event, data) in enumerate(sse_events(turn.response, model)):
-                    if fault is not None and sent >= fault.after_events:
+                breaks = fault is not None and fault.kind in BREAKING
+                self.close_connection = True
+                for sent, (event, data) in enumerate(turn_events(turn, model)):
+                    if fault is not None and breaks and sent >= fault.after_events:
                         self._break(fault)
                         break
                     if turn.event_delay:
                         time.sleep(turn.event_delay)
-                    if sent in turn.pause_before:
-                        time.sleep(turn.pause_before[sent])
-                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-                    self.wfile.flush()
-                self.close_connection = True
+                    if sent in turn.pause_before and not self._wait(turn.pause_before[sent]):
+                        return
+                    try:
+                        self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                        self.wfile.flush()
+                    except OSError:
+                        with server._lock:
+                            server.hangups.append(time.monotonic())
+                        return
 
             def _break(self, fault: Fault) -> None:
                 if fault.kind == "error_event":
@@ -197,6 +249,12 @@ class ReplayServer(LoopbackServer):
                         "error": {"type": fault.error_type, "message": "scripted"},
                     }
                     self.wfile.write(f"event: error\ndata: {json.dumps(err)}\n\n".encode())
+                elif fault.kind == "garbage_event":
+                    data = fault.body if fault.body is not None else "<html>not json</html>"
+                    self.wfile.write(f"event: content_block_delta\ndata: {data}\n\n".encode())
+                elif fault.kind == "stall":
+                    self.wfile.flush()
+                    self._wait(fault.seconds)
                 elif fault.kind == "drop":
                     # Half a frame, then a reset: the client sees the connection die mid-event.
                     self.wfile.write(b'event: content_block_delta\ndata: {"type": "cont')
@@ -207,6 +265,10 @@ class ReplayServer(LoopbackServer):
                     self.connection.close()
 
         return Handler
+
+
+BREAKING = frozenset({"drop", "truncate", "error_event", "garbage_event", "stall"})
+"""Fault kinds that cut the stream after `after_events` events."""
 
 
 def _expectation_problems(turn: Turn, body: dict[str, Any]) -> list[str]:
