@@ -1,5 +1,9 @@
-"""`python worker.py`: connect to Temporal (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE), register the
-workflows and activities on DURABLE_AGENT_TASK_QUEUE (default `durable-agent`), and run."""
+"""`python worker.py`: connect to Temporal (TEMPORAL_ADDRESS, else the dev server the CLI runs
+for $DURABLE_AGENT_HOME, else localhost:7233; TEMPORAL_NAMESPACE), register the workflows and
+activities on the shared task queue DURABLE_AGENT_TASK_QUEUE (default `durable-agent`), and run.
+
+Sessions that a CLI runs in its own worker are on a queue of their own and are not served here
+(`durable-agent resume SESSION` picks such a session up again)."""
 
 import asyncio
 import sys
@@ -14,5 +18,9 @@ if __name__ == "__main__":
         hard_exit(130)
     except RuntimeError as exc:
         print(f"durable-agent worker: {exc}", file=sys.stderr)
-        print("hint: is Temporal running? Set TEMPORAL_ADDRESS.", file=sys.stderr)
+        print(
+            "hint: is Temporal running? `durable-agent server` starts one; "
+            "or set TEMPORAL_ADDRESS.",
+            file=sys.stderr,
+        )
         hard_exit(1)

@@ -43,19 +43,26 @@ async def query_result(child: WorkflowHandle[Any, QueryResult]) -> QueryResult:
 
 
 async def chat(
-    client: Client, console: Console, config: QueryConfig, task_queue: str, session_id: str | None
+    client: Client,
+    console: Console,
+    config: QueryConfig,
+    task_queue: str,
+    session_id: str,
+    memo: dict[str, Any] | None = None,
 ) -> int:
+    """Chat in `session_id`: started on `task_queue` with `memo` when memo is given, else the
+    running session of that id."""
     from workflows.query import QueryWorkflow
     from workflows.session import SessionWorkflow
 
-    if session_id is None:
-        session_id = new_session_id()
+    if memo is not None:
         handle = await client.start_workflow(
             SessionWorkflow.run,
             SessionInput(session_id=session_id, config=config),
             id=session_id,
             task_queue=task_queue,
             static_summary="chat",
+            memo=memo,
         )
     else:
         handle = client.get_workflow_handle_for(SessionWorkflow.run, session_id)
@@ -93,11 +100,26 @@ async def chat(
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
-    from durable_agent.commands import prepared
+    from durable_agent.commands import (
+        find_session,
+        new_session_queue,
+        prepared,
+        serving,
+        session_memo,
+    )
 
     console = Console(args.output_format)
-    async with prepared(args, console) as (client, config, task_queue):
-        return await chat(client, console, config, task_queue, args.session)
+    if args.session is None:
+        session_id = new_session_id()
+        task_queue = new_session_queue(args, session_id)
+        async with prepared(args, console, task_queue) as (client, config):
+            memo = session_memo(task_queue, config, "chat")
+            return await chat(client, console, config, task_queue, session_id, memo)
+    # An existing session goes on on its own task queue (the one its first CLI served).
+    async with prepared(args, console, None) as (client, config):
+        place = await find_session(client, args.session)
+        async with serving(client, console, args.session, place, args.no_worker):
+            return await chat(client, console, config, place.task_queue, args.session)
 
 
 async def cmd_tail(args: argparse.Namespace) -> int:

@@ -137,7 +137,25 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-worker",
         action="store_true",
-        help="do not run a worker in this process (one must run elsewhere: python worker.py)",
+        help="do not run a worker in this process: the session goes on the shared task queue "
+        "($DURABLE_AGENT_TASK_QUEUE, default durable-agent) that `python worker.py` serves",
+    )
+
+    resume = sub.add_parser(
+        "resume",
+        help="pick up a session whose CLI has gone, and follow it to its end",
+        description="A session that `run` started is served by that CLI's own worker, on a "
+        "task queue of its own; if the CLI died, the session waits. `resume` runs a worker "
+        "on that session's queue with this environment's ANTHROPIC_API_KEY and "
+        "ANTHROPIC_BASE_URL (it warns if the endpoint differs from the one the session "
+        "started with) and follows it like `run`, with the same exit codes.",
+    )
+    resume.add_argument("session_id")
+    resume.add_argument("--output-format", choices=FORMATS, default="text")
+    resume.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="only follow the session; a worker must serve its task queue elsewhere",
     )
 
     demo = sub.add_parser(
@@ -155,10 +173,16 @@ def parser() -> argparse.ArgumentParser:
         description="Start (or with --session, continue) a session; each line you type is a "
         "prompt in the same conversation. /exit or end of input closes the session.",
     )
-    chat.add_argument("--session", help="continue this running session instead of a new one")
+    chat.add_argument(
+        "--session",
+        help="continue this running session instead of a new one (its own task queue is "
+        "served by this process)",
+    )
     _query_options(chat)
     chat.add_argument(
-        "--no-worker", action="store_true", help="do not run a worker in this process"
+        "--no-worker",
+        action="store_true",
+        help="do not run a worker in this process (a new session goes on the shared task queue)",
     )
 
     server = sub.add_parser(

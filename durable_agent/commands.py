@@ -24,6 +24,7 @@ from durable_agent.cli import (
     CliError,
     _workspace,
     build_config,
+    new_session_id,
 )
 from durable_agent.console import Console, result_details
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
@@ -40,6 +41,8 @@ DEMO_CASSETTE = EXAMPLES / "demo.jsonl"
 async def dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return await cmd_run(args)
+    if args.command == "resume":
+        return await cmd_resume(args)
     if args.command == "chat":
         from durable_agent.chat import cmd_chat
 
@@ -127,16 +130,144 @@ async def cmd_run(args: argparse.Namespace) -> int:
     if args.record and args.no_worker:
         raise CliError("--record needs the worker in this process", "drop --no-worker")
     record = Path(args.record) if args.record else None
-    async with prepared(args, console, record) as (client, config, task_queue):
-        return await run_prompt(client, console, args.prompt, config, task_queue)
+    session_id = new_session_id()
+    task_queue = new_session_queue(args, session_id)
+    async with prepared(args, console, task_queue, record) as (client, config):
+        memo = session_memo(task_queue, config, "run")
+        return await run_prompt(client, console, args.prompt, config, task_queue, session_id, memo)
+
+
+SESSION_QUEUE_PREFIX = "durable-agent-session-"
+
+
+def session_queue(session_id: str) -> str:
+    """The task queue of a session whose worker runs in its CLI: no other worker polls it."""
+    return f"{SESSION_QUEUE_PREFIX}{session_id}"
+
+
+def shared_queue() -> str:
+    """The queue `python worker.py` serves: $DURABLE_AGENT_TASK_QUEUE, default `durable-agent`."""
+    from durable_agent.wiring import DEFAULT_TASK_QUEUE
+
+    return os.environ.get("DURABLE_AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE
+
+
+def new_session_queue(args: argparse.Namespace, session_id: str) -> str:
+    """A session served by this process's worker gets a queue of its own, so that another
+    CLI's worker (with its own API endpoint and key) never runs it, and this worker runs no
+    other session. --no-worker, or DURABLE_AGENT_TASK_QUEUE set explicitly, puts it on the
+    shared queue for `python worker.py`. A recording run is always on its own queue: other
+    workers would not record."""
+    if getattr(args, "record", None):
+        return session_queue(session_id)
+    if args.no_worker or os.environ.get("DURABLE_AGENT_TASK_QUEUE"):
+        return shared_queue()
+    return session_queue(session_id)
+
+
+def api_endpoint() -> str:
+    return os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+
+def session_memo(task_queue: str, config: QueryConfig, command: str) -> dict[str, Any]:
+    """Where a session runs, for `resume` and `chat --session` (never the API key). A memo, not
+    workflow input: the workflow code and its histories do not see it."""
+    return {
+        "task_queue": task_queue,
+        "base_url": api_endpoint(),
+        "workspace": config.workspace,
+        "command": command,
+    }
+
+
+@dataclasses.dataclass
+class SessionPlace:
+    task_queue: str
+    memo: dict[str, Any]
+
+
+async def find_session(client: Client, session_id: str) -> SessionPlace:
+    """A running session's task queue (as the server has it) and its memo; a clear error for
+    an unknown or finished one."""
+    handle = client.get_workflow_handle(session_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as exc:
+        raise CliError(
+            f"no session {session_id}: {exc.message}", "durable-agent list shows sessions"
+        ) from exc
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise CliError(
+            f"session {session_id} is {_state(desc.status)}; there is nothing to resume",
+            f"durable-agent status {session_id} shows how it ended",
+        )
+    try:
+        memo = await desc.memo()
+    except Exception:  # noqa: BLE001 — an unreadable memo only costs the endpoint check
+        memo = {}
+    return SessionPlace(task_queue=desc.task_queue, memo=dict(memo))
+
+
+def check_endpoint(console: Console, session_id: str, place: SessionPlace) -> None:
+    recorded = place.memo.get("base_url")
+    if recorded and recorded != api_endpoint():
+        console.info(
+            f"warning: session {session_id} was started against {recorded}; "
+            f"it goes on against {api_endpoint()} (ANTHROPIC_BASE_URL)"
+        )
+
+
+async def cmd_resume(args: argparse.Namespace) -> int:
+    """Pick a session up again on its own task queue, with this environment's API settings,
+    and follow it to its end."""
+    from durable_agent.watching import watch_session
+
+    console = Console(args.output_format)
+    if not args.no_worker:
+        _require_api_key()
+    client = await connect(console)
+    place = await find_session(client, args.session_id)
+    if place.memo.get("command") == "chat":
+        raise CliError(
+            f"session {args.session_id} is a chat",
+            f"durable-agent chat --session {args.session_id} picks it up",
+        )
+    async with serving(client, console, args.session_id, place, args.no_worker):
+        return await watch_session(client, console, args.session_id, place.task_queue)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    client: Client, console: Console, session_id: str, place: SessionPlace, no_worker: bool
+) -> AsyncIterator[None]:
+    """A worker in this process on an existing session's queue (unless --no-worker), with this
+    environment's ANTHROPIC_* settings."""
+    from durable_agent.wiring import build_worker
+
+    task_queue = place.task_queue
+    if no_worker:
+        console.info(f"following session {session_id}; a worker on {task_queue!r} must serve it")
+        yield
+        return
+    check_endpoint(console, session_id, place)
+    async with build_worker(client, task_queue):
+        console.info(f"resuming session {session_id} on task queue {task_queue!r}")
+        yield
 
 
 @contextlib.asynccontextmanager
 async def prepared(
-    args: argparse.Namespace, console: Console, record: Path | None = None
-) -> AsyncIterator[tuple[Client, QueryConfig, str]]:
+    args: argparse.Namespace,
+    console: Console,
+    task_queue: str | None,
+    record: Path | None = None,
+) -> AsyncIterator[tuple[Client, QueryConfig]]:
     """Config from the options, a Temporal client, and (unless --no-worker) a worker in this
-    process for the duration."""
+    process on `task_queue` for the duration (None: the client only, for the caller to find
+    the queue)."""
     from activities.model import default_client
     from durable_agent.wiring import build_worker
 
@@ -144,35 +275,33 @@ async def prepared(
     if not args.no_worker:
         _require_api_key()
     client = await connect(console)
-    task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE", "durable-agent")
     async with AsyncExitStack() as stack:
-        if not args.no_worker:
+        if not args.no_worker and task_queue is not None:
             factory = default_client
             if record is not None:
-                factory, task_queue = _recording(stack, record, console)
+                factory = _recording(stack, record, console)
             await stack.enter_async_context(
                 build_worker(client, task_queue, client_factory=factory)
             )
-        yield client, config, task_queue
+        yield client, config
 
 
-def _recording(stack: AsyncExitStack, cassette: Path, console: Console) -> tuple[Any, str]:
-    """Send the model calls through a recording proxy; a private task queue keeps other
-    workers (which would not record) off this run."""
+def _recording(stack: AsyncExitStack, cassette: Path, console: Console) -> Any:
+    """Send the model calls through a recording proxy (the run is on its own task queue, so
+    no other worker, which would not record, takes it)."""
     from activities.model import ClientOptions, default_client
     from durable_agent.replay.record import RecordingProxy
 
     if cassette.exists():
         raise CliError(f"{cassette} exists already", "choose a new file for --record")
-    upstream = os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-    proxy = RecordingProxy(cassette, upstream).start()
+    proxy = RecordingProxy(cassette, api_endpoint()).start()
     stack.callback(proxy.stop)
     console.info(f"recording the model calls to {cassette}")
 
     def factory(opts: ClientOptions) -> Any:
         return default_client(dataclasses.replace(opts, base_url=proxy.base_url))
 
-    return factory, f"durable-agent-record-{uuid.uuid4().hex[:8]}"
+    return factory
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
@@ -274,7 +403,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
     except TimeoutError as exc:
         raise CliError(
             f"session {args.session_id} is {_state(desc.status)} but no worker answers for it",
-            f"start a worker for task queue {desc.task_queue!r}: uv run python worker.py",
+            worker_hint(args.session_id, desc.task_queue),
         ) from exc
     except Exception as exc:  # noqa: BLE001 — failed/terminated sessions have no status to show
         raise CliError(f"session {args.session_id} is {_state(desc.status)}: {exc}") from exc
@@ -289,6 +418,12 @@ async def cmd_status(args: argparse.Namespace) -> int:
     if status.last_error:
         print(f"last error: {status.last_error}")
     return 0
+
+
+def worker_hint(session_id: str, task_queue: str) -> str:
+    if task_queue.startswith(SESSION_QUEUE_PREFIX):
+        return f"its CLI has gone; pick it up again: durable-agent resume {session_id}"
+    return f"start a worker for task queue {task_queue!r}: uv run python worker.py"
 
 
 def _state(status: WorkflowExecutionStatus | None) -> str:

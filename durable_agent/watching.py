@@ -30,16 +30,23 @@ def idle_hint(task_queue: str) -> tuple[str, float]:
 
 
 async def run_prompt(
-    client: Client, console: Console, prompt: str, config: QueryConfig, task_queue: str
+    client: Client,
+    console: Console,
+    prompt: str,
+    config: QueryConfig,
+    task_queue: str,
+    session_id: str | None = None,
+    memo: dict[str, Any] | None = None,
 ) -> int:
-    """Start a one-prompt session, show its progress, print its result."""
+    """Start a one-prompt session on `task_queue` (with `memo`: where it runs, see
+    commands.session_memo), show its progress, print its result."""
 
-    session_id = new_session_id()
+    session_id = session_id or new_session_id()
     with telemetry.tracer().start_as_current_span("invoke_agent durable-agent") as span:
         span.set_attributes(
             {"gen_ai.operation.name": "invoke_agent", "durable_agent.session_id": session_id}
         )
-        code = await _run_session(client, console, prompt, config, task_queue, session_id)
+        code = await _run_session(client, console, prompt, config, task_queue, session_id, memo)
         span.set_attribute("durable_agent.exit_code", code)
         return code
 
@@ -51,10 +58,11 @@ async def _run_session(
     config: QueryConfig,
     task_queue: str,
     session_id: str,
+    memo: dict[str, Any] | None = None,
 ) -> int:
-    from workflows.session import SessionWorkflow, query_workflow_id
+    from workflows.session import SessionWorkflow
 
-    handle = await client.start_workflow(
+    await client.start_workflow(
         SessionWorkflow.run,
         SessionInput(
             session_id=session_id, config=config, initial_prompt=prompt, close_when_idle=True
@@ -62,7 +70,16 @@ async def _run_session(
         id=session_id,
         task_queue=task_queue,
         static_summary=prompt[:200],
+        memo=memo,
     )
+    return await watch_session(client, console, session_id, task_queue)
+
+
+async def watch_session(client: Client, console: Console, session_id: str, task_queue: str) -> int:
+    """Follow a one-prompt session (`run`, `resume`) to its end; the exit code of `run`."""
+    from workflows.session import SessionWorkflow, query_workflow_id
+
+    handle = client.get_workflow_handle_for(SessionWorkflow.run, session_id)
     console.info(f"session {session_id} (Ctrl-C interrupts; twice detaches)")
     detached = asyncio.Event()
 

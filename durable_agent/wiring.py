@@ -83,9 +83,30 @@ async def connect(
     )
 
 
+def worker_address() -> str:
+    """TEMPORAL_ADDRESS; else the dev server the CLI started for $DURABLE_AGENT_HOME (not
+    started here); else localhost:7233."""
+    from durable_agent.devserver import running
+
+    address = os.environ.get("TEMPORAL_ADDRESS")
+    if address:
+        return address
+    info = running(state_home())
+    if info is not None:
+        return info.address
+    print(
+        f"no dev server is running for {state_home()} (`durable-agent server` starts one); "
+        "trying localhost:7233"
+    )
+    return "localhost:7233"
+
+
 async def main() -> None:
+    """`python worker.py`: serves the shared queue, $DURABLE_AGENT_TASK_QUEUE (default
+    `durable-agent`), where `run --no-worker` puts its sessions."""
     telemetry.setup_from_env()
-    client = await connect()
-    task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE", DEFAULT_TASK_QUEUE)
-    print(f"worker on task queue {task_queue!r} at {client.service_client.config.target_host}")
+    address = worker_address()
+    client = await connect(address)
+    task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE
+    print(f"worker on task queue {task_queue!r} at {address}", flush=True)
     await build_worker(client, task_queue).run()
