@@ -118,6 +118,52 @@ async def test_two_runs_each_have_their_own_queue_and_worker(
     args = parser().parse_args(["resume", sessions["alpha"]])
     with pytest.raises(CliError, match="is completed; there is nothing to resume"):
         await commands.cmd_resume(args)
+    with pytest.raises(CliError, match="no session nope-") as unknown:
+        await commands.cmd_resume(parser().parse_args(["resume", f"nope-{uuid.uuid4()}"]))
+    assert unknown.value.hint == "durable-agent list shows sessions"
+
+
+def _chat(env: dict[str, str], args: list[str], stdin: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable_agent", "chat", *args], cwd=ROOT, env=env, input=stdin,
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+
+
+async def test_chat_session_goes_on_on_its_own_queue(dev_env, tmp_path):
+    """A chat whose CLI is gone: `chat --session` serves the session's own queue (with this
+    environment's endpoint, and a warning that it is not the recorded one)."""
+    from durable_agent.engine.contracts import SessionInput
+    from durable_agent.engine.state import QueryConfig
+    from workflows.session import SessionWorkflow
+
+    sid = f"chat-{uuid.uuid4().hex[:8]}"
+    queue = f"durable-agent-session-{sid}"  # as `chat` names it
+    memo = {"task_queue": queue, "base_url": "http://recorded.invalid", "command": "chat"}
+    await dev_env.client.start_workflow(
+        SessionWorkflow.run,
+        SessionInput(session_id=sid, config=QueryConfig(workspace=str(tmp_path))),
+        id=sid,
+        task_queue=queue,
+        memo=memo,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "DURABLE_AGENT"))}
+    env.update(
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+        DURABLE_AGENT_HOME=str(tmp_path / "home"),
+        DURABLE_AGENT_SETTINGS=str(tmp_path / "no-settings.json"),
+        ANTHROPIC_API_KEY="dummy",
+    )
+    with ReplayServer([text_turn("hello back")]) as api:
+        env["ANTHROPIC_BASE_URL"] = api.base_url
+        proc = await asyncio.to_thread(_chat, env, ["--session", sid], "hello\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "hello back" in proc.stdout and len(api.requests) == 1
+    assert f"warning: session {sid} was started against http://recorded.invalid" in proc.stderr
+    assert f"on task queue {queue!r}" in proc.stderr
+    session = dev_env.client.get_workflow_handle_for(SessionWorkflow.run, sid)
+    status = await asyncio.wait_for(session.result(), 30)  # closed at the end of the input
+    assert status.last_result is not None and status.last_result.final_text == "hello back"
 
 
 async def test_run_with_an_explicit_queue_or_no_worker_uses_the_shared_queue(monkeypatch):
