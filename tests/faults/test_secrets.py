@@ -1,0 +1,104 @@
+"""Secrets and escapes, end to end on a real worker: Grep and Glob do not reach through links out
+of the workspace (on ripgrep and on the Python fallback), a dangling link does not fail them, and
+neither a tool process nor a hook sees the model's key or the worker's plumbing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from durable_agent.engine.contracts import SessionInput
+from durable_agent.engine.state import QueryConfig, Terminal
+from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from tests.faults.harness import WorkerProcess, process_env
+from workflows.session import SessionWorkflow
+
+SECRET = "s3cr3t-outside-the-workspace"
+
+
+def _workspace(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "passwd").write_text(f"root:{SECRET}\n")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("needle in the workspace\n")
+    os.symlink(outside / "passwd", workspace / "passwd-link")
+    os.symlink(outside, workspace / "outside-dir")
+    os.symlink(tmp_path / "gone", workspace / "dangling")
+    settings = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "env > hook.env"}]}]}}
+    (workspace / ".claude").mkdir()
+    (workspace / ".claude" / "settings.json").write_text(json.dumps(settings))
+    return workspace
+
+
+@pytest.mark.parametrize("ripgrep", [True, False], ids=["ripgrep", "python-fallback"])
+async def test_tools_and_hooks_stay_inside_and_see_no_secrets(own_server, tmp_path, ripgrep):
+    if ripgrep and shutil.which("rg") is None:
+        pytest.skip("ripgrep is not installed (.ci/run installs it)")
+    workspace = _workspace(tmp_path)
+    calls = [
+        ("g1", "Grep", {"pattern": "root|needle", "output_mode": "content"}),
+        ("g2", "Grep", {"pattern": "root", "path": "outside-dir"}),
+        ("l1", "Glob", {"pattern": "**/*"}),
+        ("b1", "Bash", {"command": "env"}),
+    ]
+    turns = [tool_turn(calls), text_turn("done")]
+    task_queue = f"secrets-{uuid.uuid4()}"
+    with ReplayServer(turns) as api:
+        env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
+        if not ripgrep:  # a PATH without rg: the worker's Grep takes the Python fallback
+            env["PATH"] = _path_without_rg(tmp_path, env["PATH"])
+        with WorkerProcess(env, tmp_path / "worker.log"):
+            client = await Client.connect(
+                own_server.address, data_converter=pydantic_data_converter
+            )
+            sid = f"secrets-{uuid.uuid4()}"
+            status = await client.execute_workflow(
+                SessionWorkflow.run,
+                SessionInput(
+                    session_id=sid,
+                    config=QueryConfig(workspace=str(workspace)),
+                    initial_prompt="go",
+                    close_when_idle=True,
+                ),
+                id=sid,
+                task_queue=task_queue,
+            )
+    assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
+    results = {b["tool_use_id"]: b for b in api.requests[1]["messages"][-1]["content"]}
+    grep, into_link, glob, bash = (results[k] for k in ("g1", "g2", "l1", "b1"))
+    assert "needle in the workspace" in grep["content"] and not grep.get("is_error")
+    assert SECRET not in json.dumps(api.requests[1])
+    assert into_link["is_error"] and "outside the workspace" in into_link["content"]
+    assert "notes.txt" in glob["content"] and "passwd" not in glob["content"]
+    assert "dangling" not in glob["content"]
+    hook_env = (workspace / "hook.env").read_text()
+    for seen in (bash["content"], hook_env):
+        assert "sk-ant-test-secret" not in seen
+        assert "TEMPORAL_ADDRESS" not in seen and "DURABLE_AGENT_" not in seen
+        assert f"CLAUDE_PROJECT_DIR={workspace}" in seen
+
+
+def _path_without_rg(tmp_path: Path, path: str) -> str:
+    """PATH with every directory that holds `rg` replaced by a copy without it."""
+    out = []
+    for number, entry in enumerate(path.split(os.pathsep)):
+        folder = Path(entry)
+        if not (folder / "rg").exists():
+            out.append(entry)
+            continue
+        shadow = tmp_path / f"bin-{number}"
+        shadow.mkdir()
+        for tool in folder.iterdir():
+            if tool.name != "rg":
+                (shadow / tool.name).symlink_to(tool)
+        out.append(str(shadow))
+    return os.pathsep.join(out)
