@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
+import uuid
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -14,6 +16,7 @@ from durable_agent.cli import EXIT_DETACHED, CliError, install_interrupt, new_se
 from durable_agent.console import Console
 from durable_agent.engine.contracts import PromptRequest, SessionInput
 from durable_agent.engine.state import QueryConfig, QueryResult
+from durable_agent.reconnect import riding_out
 from durable_agent.watching import idle_hint, watch
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
@@ -77,25 +80,30 @@ async def chat(
             break
         if not line.strip():
             continue
+        request = PromptRequest(prompt=line)
+        update_id = f"prompt-{uuid.uuid4()}"  # the same id on a retry: sent once, not twice
+
+        def submit(request: PromptRequest = request, update_id: str = update_id) -> Any:
+            return handle.execute_update(SessionWorkflow.submit_prompt, request, id=update_id)
+
         try:
-            accepted = await handle.execute_update(
-                SessionWorkflow.submit_prompt, PromptRequest(prompt=line)
-            )
+            accepted = await riding_out(submit, console, session_id)
         except WorkflowUpdateFailedError as exc:
             console.info(f"not sent: {exc.cause}")
             continue
         except RPCError as exc:
             raise CliError(f"session {session_id} is not running: {exc.message}") from exc
         child = client.get_workflow_handle_for(QueryWorkflow.run, accepted.query_workflow_id)
-        result = await watch(query_result(child), child, console, detached, *idle_hint(task_queue))
+        outcome = riding_out(functools.partial(query_result, child), console, session_id)
+        result = await watch(outcome, child, console, detached, *idle_hint(task_queue))
         if result is None:
             break
         console.result(session_id, result)
     if detached.is_set():
         console.info(f"detached; the session goes on: durable-agent tail {session_id}")
         return EXIT_DETACHED
-    await handle.signal(SessionWorkflow.close)
-    await handle.result()
+    await riding_out(lambda: handle.signal(SessionWorkflow.close), console, session_id)
+    await riding_out(handle.result, console, session_id)
     return 0
 
 
@@ -132,7 +140,11 @@ async def cmd_tail(args: argparse.Namespace) -> int:
     client = await connect(console, start_server=False)
     handle = client.get_workflow_handle_for(SessionWorkflow.run, args.session_id)
     try:
-        status = await asyncio.wait_for(handle.query(SessionWorkflow.status), 10)
+        status = await riding_out(
+            lambda: asyncio.wait_for(handle.query(SessionWorkflow.status), 10),
+            console,
+            args.session_id,
+        )
     except (RPCError, TimeoutError) as exc:
         raise CliError(
             f"cannot read session {args.session_id}", "durable-agent status shows why"
@@ -145,7 +157,8 @@ async def cmd_tail(args: argparse.Namespace) -> int:
     child = client.get_workflow_handle_for(QueryWorkflow.run, status.running_query_id)
     detached = asyncio.Event()
     install_interrupt(detached.set, detached.set)
-    result = await watch(child.result(), child, console, detached, "no progress yet", 3600.0)
+    outcome = riding_out(child.result, console, args.session_id)
+    result = await watch(outcome, child, console, detached, "no progress yet", 3600.0)
     if result is None:
         return EXIT_DETACHED
     console.result(args.session_id, result)

@@ -30,6 +30,7 @@ from durable_agent.console import Console, result_details
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
 from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryConfig, QueryResult
 from durable_agent.paths import state_home
+from durable_agent.reconnect import riding_out
 from durable_agent.replay import ReplayServer, load_cassette
 from durable_agent.watching import run_prompt
 
@@ -71,7 +72,7 @@ async def connect(console: Console, start_server: bool = True) -> Client:
 
     address = os.environ.get("TEMPORAL_ADDRESS")
     hint = "check TEMPORAL_ADDRESS, or unset it to use the embedded dev server"
-    attempts = 4
+    patience = connect_seconds()  # a server that is restarting comes back within seconds
     if not address:
         home = state_home()
         try:
@@ -92,17 +93,31 @@ async def connect(console: Console, start_server: bool = True) -> Client:
         except DevServerError as exc:
             raise CliError(str(exc), "set TEMPORAL_ADDRESS to use another Temporal server") from exc
         address, hint = info.address, f"see the dev server log {info.log_path}"
-        attempts = 30  # a dev server that just started may need a few seconds
-    last: Exception | None = None
+        patience = max(patience, 15.0)  # a dev server that just started may need a few seconds
     telemetry.setup_from_env()
     runtime = quiet_runtime()
-    for _ in range(attempts):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    said = False
+    while True:
         try:
-            return await worker_connect(address, runtime=runtime)
+            client = await worker_connect(address, runtime=runtime)
         except RuntimeError as exc:  # the SDK raises RuntimeError when it cannot connect
-            last = exc
+            if loop.time() >= deadline:
+                raise CliError(f"cannot reach Temporal at {address}: {exc}", hint) from None
+            if not said and patience > 3:
+                console.info(f"cannot reach Temporal at {address} yet; retrying for {patience:g}s…")
+                said = True
             await asyncio.sleep(0.5)
-    raise CliError(f"cannot reach Temporal at {address}: {last}", hint)
+            continue
+        if said:
+            console.info(f"connected to Temporal at {address}")
+        return client
+
+
+def connect_seconds() -> float:
+    """How long the CLI tries to reach Temporal at start (DURABLE_AGENT_CONNECT_SECONDS)."""
+    return float(os.environ.get("DURABLE_AGENT_CONNECT_SECONDS", "30"))
 
 
 def _require_api_key() -> None:
@@ -384,22 +399,34 @@ def cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
+STATUS_PATIENCE = 60.0
+"""Seconds `status` waits for an unreachable server."""
+
+
 async def cmd_status(args: argparse.Namespace) -> int:
     from workflows.session import SessionWorkflow
 
-    client = await connect(Console(), start_server=False)
+    console = Console()
+    client = await connect(console, start_server=False)
     handle = client.get_workflow_handle_for(SessionWorkflow.run, args.session_id)
     try:
-        desc = await handle.describe()
+        # A one-shot look: rides out a short outage (a server restart), not a long one.
+        desc = await riding_out(handle.describe, console, args.session_id, STATUS_PATIENCE)
     except RPCError as exc:
         raise CliError(
             f"no session {args.session_id}: {exc.message}", "durable-agent list shows sessions"
         ) from exc
     try:
         if desc.status == WorkflowExecutionStatus.COMPLETED:
-            status = await handle.result()  # no worker needed for a finished session
+            # no worker needed for a finished session
+            status = await riding_out(handle.result, console, args.session_id, STATUS_PATIENCE)
         else:
-            status = await asyncio.wait_for(handle.query(SessionWorkflow.status), 10)
+            status = await riding_out(
+                lambda: asyncio.wait_for(handle.query(SessionWorkflow.status), 10),
+                console,
+                args.session_id,
+                STATUS_PATIENCE,
+            )
     except TimeoutError as exc:
         raise CliError(
             f"session {args.session_id} is {_state(desc.status)} but no worker answers for it",

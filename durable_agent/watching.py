@@ -16,6 +16,7 @@ from durable_agent.cli import EXIT_DETACHED, CliError, exit_code, install_interr
 from durable_agent.console import Console
 from durable_agent.engine.contracts import SessionInput
 from durable_agent.engine.state import ProgressEvent, QueryConfig
+from durable_agent.reconnect import is_outage, riding_out
 
 T = TypeVar("T")
 
@@ -89,7 +90,8 @@ async def watch_session(client: Client, console: Console, session_id: str, task_
 
     install_interrupt(interrupt, detached.set)
     child = client.get_workflow_handle(query_workflow_id(session_id, 1))
-    status = await watch(handle.result(), child, console, detached, *idle_hint(task_queue))
+    outcome = riding_out(handle.result, console, session_id)
+    status = await watch(outcome, child, console, detached, *idle_hint(task_queue))
     if status is None:
         console.info(f"detached; the session goes on: durable-agent tail {session_id}")
         return EXIT_DETACHED
@@ -142,8 +144,8 @@ async def _started(child: WorkflowHandle[Any, Any]) -> bool:
     """Has any worker run the prompt's workflow yet?"""
     try:
         desc = await child.describe()
-    except RPCError:
-        return False
+    except RPCError as exc:
+        return is_outage(exc)  # while the server is away, no news is not "no worker"
     return desc.raw_description.workflow_execution_info.history_length > 3
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -67,9 +68,17 @@ def test_missing_api_key_is_one_clear_line(tmp_path):
 
 
 def test_unreachable_temporal_is_one_clear_line(tmp_path):
-    env = cli_env(tmp_path, ANTHROPIC_API_KEY="k", TEMPORAL_ADDRESS="127.0.0.1:1")
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="k",
+        TEMPORAL_ADDRESS="127.0.0.1:1",
+        DURABLE_AGENT_CONNECT_SECONDS="4",
+    )
+    started = time.monotonic()
     proc = durable_agent(["run", "hi", "--workspace", str(tmp_path)], env)
     assert_clean_error(proc, "cannot reach Temporal at 127.0.0.1:1")
+    # It kept trying for the configured time (a restarting server), and said so.
+    assert "retrying for 4s" in proc.stderr and time.monotonic() - started >= 4
 
 
 def test_bad_max_turns_is_a_usage_error(tmp_path):
