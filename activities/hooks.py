@@ -22,7 +22,7 @@ from temporalio import activity
 
 from activities.credentials import settings_path
 from activities.heartbeat import heartbeating
-from activities.tools.environment import tool_environment
+from activities.tools.environment import RUN_TAG_NAME, kill_tagged, tool_environment
 from activities.transcript import write_file_atomic
 from durable_agent.engine.contracts import StopHooksInput, StopHooksOutput
 
@@ -92,7 +92,8 @@ async def run_hooks(
 
     With a `ledger` directory (inside an activity), each hook's start and outcome are recorded
     under the activity's id: a retried attempt reuses an outcome and never re-runs a hook that an
-    earlier attempt started (it may have partly run)."""
+    earlier attempt started (it may have partly run); it ends what that attempt left running
+    (hook processes carry a tag of their run in their environment, as tool processes do)."""
     outcomes = []
     body = json.dumps({"hook_event_name": event, "cwd": str(workspace), **payload}).encode()
     key = _ledger_key(event) if ledger is not None else None
@@ -103,7 +104,8 @@ async def run_hooks(
             if outcome is None:
                 if record is not None:
                     write_file_atomic(record.with_suffix(".started"), hook.command)
-                outcome = await _run_one(hook, body, workspace)
+                tag = _tag(record) if record is not None else None
+                outcome = await _run_one(hook, body, workspace, tag)
                 if record is not None:
                     write_file_atomic(record.with_suffix(".json"), outcome.model_dump_json())
             outcomes.append(outcome)
@@ -117,11 +119,19 @@ def _ledger_key(event: str) -> str | None:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{info.workflow_run_id}-{info.activity_id}-{event}")
 
 
+def _tag(record: Path) -> str:
+    """The run tag of one hook's run (`RUN_TAG_NAME` in its processes' environment)."""
+    return f"hook/{record.name}"
+
+
 def _recorded(record: Path, hook: HookCommand) -> HookOutcome | None:
     done = record.with_suffix(".json")
     if done.exists():
         return HookOutcome.model_validate_json(done.read_text(encoding="utf-8"))
     if record.with_suffix(".started").exists():
+        # An earlier attempt started it and recorded no outcome: its worker is gone (or lost
+        # the activity), and the hook may still be running: end it, do not run it again.
+        kill_tagged(_tag(record))
         return HookOutcome(
             command=hook.command,
             exit_code=None,
@@ -130,10 +140,15 @@ def _recorded(record: Path, hook: HookCommand) -> HookOutcome | None:
     return None
 
 
-async def _run_one(hook: HookCommand, body: bytes, workspace: Path) -> HookOutcome:
+async def _run_one(
+    hook: HookCommand, body: bytes, workspace: Path, tag: str | None = None
+) -> HookOutcome:
+    env = tool_environment(workspace)
+    if tag is not None:
+        env[RUN_TAG_NAME] = tag
     proc = await asyncio.create_subprocess_exec(
         "sh", "-c", hook.command, cwd=workspace, start_new_session=True,
-        env=tool_environment(workspace), stdin=asyncio.subprocess.PIPE,
+        env=env, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -115,3 +115,42 @@ async def test_hooks_heartbeat_and_get_no_secrets(tmp_path, monkeypatch):
     assert len(beats) >= 3
     assert env["CLAUDE_PROJECT_DIR"] == str(ws)
     assert not [k for k in env if k.startswith(("ANTHROPIC_API", "TEMPORAL_", "DURABLE_AGENT_"))]
+
+
+def _tagged_sleeper(tag):
+    import os
+    import subprocess
+
+    from activities.tools.environment import RUN_TAG_NAME
+
+    env = {**os.environ, RUN_TAG_NAME: tag}
+    return subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
+
+
+async def test_a_retry_ends_the_hook_an_interrupted_attempt_left_running(store, tmp_path):
+    from activities.hooks import HookActivities
+    from activities.tools.environment import RUN_TAG_NAME, tagged_processes
+    from durable_agent.engine.contracts import StopHooksInput
+
+    ws = tmp_path / "ws"
+    _stop_hook(ws, "env > env.txt")
+    hooks = HookActivities(store.transcript_path, store.hook_ledger)
+    req = StopHooksInput(session_id="s", workspace=str(ws), stop_hook_active=False)
+    first = _activity_env()
+    await first.run(hooks.run_stop_hooks, req)
+    tags = [
+        line for line in (ws / "env.txt").read_text().splitlines() if line.startswith(RUN_TAG_NAME)
+    ]
+    assert len(tags) == 1  # the hook's processes carry their run's tag
+    tag = tags[0].split("=", 1)[1]
+    ledger = store.hook_ledger("s")
+    for done in ledger.glob("*.json"):
+        done.unlink()  # as if the worker died while the hook ran: started, no outcome
+    left = _tagged_sleeper(tag)  # what the lost attempt's hook still runs
+    try:
+        assert tagged_processes(tag) == [left.pid]
+        await _activity_env().run(hooks.run_stop_hooks, req)  # the retry takes over
+        assert left.wait(timeout=5) == -9
+    finally:
+        left.kill()
+    assert tagged_processes(tag) == []
