@@ -33,8 +33,17 @@ def _leftovers(session_id: str) -> list[int]:
     return found
 
 
-async def _connect(own_server) -> Client:
-    return await Client.connect(own_server.address, data_converter=pydantic_data_converter)
+async def _connect(own_server, seconds: float = 30.0) -> Client:
+    """A client; a server that just (re)started answers "Frontend is not healthy yet" for a
+    moment after its port opens."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return await Client.connect(own_server.address, data_converter=pydantic_data_converter)
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def _start(own_server, workspace, task_queue):
