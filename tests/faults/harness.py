@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,7 @@ class DevServer:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"dev server did not start; see {log.name}")
             time.sleep(0.05)
+        _wait_healthy(self.address, deadline)
         return self
 
     def kill(self) -> None:
@@ -60,6 +62,31 @@ class DevServer:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def _wait_healthy(address: str, deadline: float) -> None:
+    """The port opens before the frontend serves ("Frontend is not healthy yet"): connect once,
+    in a thread of its own (the caller may be inside an event loop)."""
+    from temporalio.client import Client
+
+    def probe() -> None:
+        asyncio.run(Client.connect(address))
+
+    while True:
+        errors: list[BaseException] = []
+        thread = threading.Thread(target=_capture, args=(probe, errors))
+        thread.start()
+        thread.join()
+        if not errors or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+
+
+def _capture(fn: Callable[[], None], errors: list[BaseException]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 — any failure means "not yet"
+        errors.append(exc)
 
 
 def process_env(
