@@ -22,7 +22,12 @@ from temporalio import activity
 
 from activities.credentials import settings_path
 from activities.heartbeat import heartbeating
-from activities.tools.environment import RUN_TAG_NAME, kill_tagged, tool_environment
+from activities.tools.environment import (
+    RUN_TAG_NAME,
+    kill_tagged,
+    session_tag_prefix,
+    tool_environment,
+)
 from activities.transcript import write_file_atomic
 from durable_agent.engine.contracts import StopHooksInput, StopHooksOutput
 
@@ -100,11 +105,11 @@ async def run_hooks(
     async with heartbeating():
         for index, hook in enumerate(load_hooks(event, target, workspace)):
             record = ledger / f"{key}-{index}" if ledger is not None and key else None
-            outcome = _recorded(record, hook) if record is not None else None
+            outcome = _recorded(record, hook, payload) if record is not None else None
             if outcome is None:
                 if record is not None:
                     write_file_atomic(record.with_suffix(".started"), hook.command)
-                tag = _tag(record) if record is not None else None
+                tag = _tag(record, payload) if record is not None else None
                 outcome = await _run_one(hook, body, workspace, tag)
                 if record is not None:
                     write_file_atomic(record.with_suffix(".json"), outcome.model_dump_json())
@@ -119,19 +124,20 @@ def _ledger_key(event: str) -> str | None:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{info.workflow_run_id}-{info.activity_id}-{event}")
 
 
-def _tag(record: Path) -> str:
-    """The run tag of one hook's run (`RUN_TAG_NAME` in its processes' environment)."""
-    return f"hook/{record.name}"
+def _tag(record: Path, payload: dict[str, Any]) -> str:
+    """The run tag of one hook's run (`RUN_TAG_NAME` in its processes' environment): under the
+    session's prefix, so the session-end sweep ends what a hook left running too."""
+    return f"{session_tag_prefix(str(payload.get('session_id', '')))}hook/{record.name}"
 
 
-def _recorded(record: Path, hook: HookCommand) -> HookOutcome | None:
+def _recorded(record: Path, hook: HookCommand, payload: dict[str, Any]) -> HookOutcome | None:
     done = record.with_suffix(".json")
     if done.exists():
         return HookOutcome.model_validate_json(done.read_text(encoding="utf-8"))
     if record.with_suffix(".started").exists():
         # An earlier attempt started it and recorded no outcome: its worker is gone (or lost
         # the activity), and the hook may still be running: end it, do not run it again.
-        kill_tagged(_tag(record))
+        kill_tagged(_tag(record, payload))
         return HookOutcome(
             command=hook.command,
             exit_code=None,

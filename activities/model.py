@@ -117,6 +117,12 @@ def _preview(text: str) -> str:
     return repr(flat[:PREVIEW_CHARS] + ("…" if len(flat) > PREVIEW_CHARS else ""))
 
 
+def _api_error_body(body: object) -> bool:
+    """An `error` event's data as the API sends it: {"type": "error", "error": {"type": …}}."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and isinstance(error.get("type"), str)
+
+
 def unreadable_event(exc: Exception, snapshot: Any, received: int) -> MalformedResponse:
     """What the SDK could not parse in the stream, as one line naming what the API sent."""
     if isinstance(exc, json.JSONDecodeError):
@@ -392,6 +398,13 @@ class ModelActivities:
                 except (ValueError, TypeError, RuntimeError, AttributeError, KeyError) as exc:
                     # The SDK could not parse what arrived (its parser's text, not ours).
                     raise unreadable_event(exc, _snapshot(stream), received) from None
+                except anthropic.APIStatusError as exc:
+                    if exc.status_code == 200 and not _api_error_body(exc.body):
+                        raise MalformedResponse(
+                            f"the API sent an `error` event after {received} events that is "
+                            f"not an API error: {_preview(str(exc.body))}"
+                        ) from None
+                    raise
                 received += event.type in RAW_EVENT_TYPES
                 activity.heartbeat(details)
                 stopped = stopped or event.type == "message_stop"

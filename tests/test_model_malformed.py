@@ -83,6 +83,10 @@ CASES = {
             repr(BAD_TOOL_JSON),
         ],
     ),
+    "error_event_not_json": (
+        lambda: streamed(Fault(kind="error_event", after_events=5, body="<html>upstream</html>")),
+        ["the API sent an `error` event after 4 events that is not an API error", "<html>"],
+    ),
     "html_200": (
         lambda: streamed(Fault(kind="non_json_200")),
         [

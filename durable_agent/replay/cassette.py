@@ -38,7 +38,8 @@ class Fault(BaseModel):
 
     drop: close the connection mid-event (a reset);
     truncate: end the stream cleanly but early (no message_stop);
-    error_event: send an `error` event (type `error_type`), as the API does when it overloads;
+    error_event: send an `error` event (type `error_type`), as the API does when it overloads
+    (with `body`, that data line instead);
     garbage_event: send a `content_block_delta` event whose `data:` line is `body` (default: not
     JSON), then end the stream;
     stall: send nothing more for `seconds`, then end the stream (the server notices, and counts
@@ -64,7 +65,8 @@ class Fault(BaseModel):
     after_events: int = 3
     error_type: str = "overloaded_error"
     body: str | None = None
-    """garbage_event: the data line (default `<html>not json</html>`); non_json_200: the body
+    """garbage_event, error_event: the data line (default `<html>not json</html>`, an API
+    error); non_json_200: the body
     (default PROXY_PAGE)."""
     content_type: str = "text/html; charset=utf-8"
     """non_json_200: the content-type header."""

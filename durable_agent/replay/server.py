@@ -248,7 +248,8 @@ class ReplayServer(LoopbackServer):
                         "type": "error",
                         "error": {"type": fault.error_type, "message": "scripted"},
                     }
-                    self.wfile.write(f"event: error\ndata: {json.dumps(err)}\n\n".encode())
+                    data = fault.body if fault.body is not None else json.dumps(err)
+                    self.wfile.write(f"event: error\ndata: {data}\n\n".encode())
                 elif fault.kind == "garbage_event":
                     data = fault.body if fault.body is not None else "<html>not json</html>"
                     self.wfile.write(f"event: content_block_delta\ndata: {data}\n\n".encode())

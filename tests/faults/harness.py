@@ -15,6 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+
 from durable_agent.devserver import dynamic_config_args, free_port, port_open, temporal_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,6 +148,31 @@ class WorkerProcess:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+    async def polling(self, client: Client, task_queue: str, seconds: float = 75) -> None:
+        """Until this worker polls both the workflow and the activity queue: a standby worker,
+        so that a kill measures the system's recovery (heartbeat timeout, retry), not the
+        seconds `python worker.py` takes to import on a busy machine (5-8 s measured)."""
+        assert self.proc is not None, "start it first"
+        kinds = (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            polling = 0
+            for kind in kinds:
+                described = await client.workflow_service.describe_task_queue(
+                    DescribeTaskQueueRequest(
+                        namespace=client.namespace,
+                        task_queue=TaskQueue(name=task_queue),
+                        task_queue_type=kind,
+                    )
+                )
+                polling += any(
+                    p.identity.startswith(f"{self.proc.pid}@") for p in described.pollers
+                )
+            if polling == len(kinds):
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"worker {self.proc.pid} did not poll {task_queue} in {seconds:g}s")
 
     def __enter__(self) -> WorkerProcess:
         return self.start()

@@ -7,7 +7,6 @@ on a busy machine (5-8 s measured on a loaded 2-core box)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -16,9 +15,6 @@ import time
 import uuid
 from pathlib import Path
 
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -52,27 +48,6 @@ def _hook_processes(workspace: Path) -> list[int]:
             if needle in environ.split(b"\0"):
                 found.append(int(entry.name))
     return found
-
-
-async def _wait_polling(client: Client, task_queue: str, pid: int, seconds: float = 75) -> None:
-    """Until the worker process `pid` polls both the workflow and the activity queue."""
-    kinds = (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        polling = 0
-        for kind in kinds:
-            described = await client.workflow_service.describe_task_queue(
-                DescribeTaskQueueRequest(
-                    namespace=client.namespace,
-                    task_queue=TaskQueue(name=task_queue),
-                    task_queue_type=kind,
-                )
-            )
-            polling += any(p.identity.startswith(f"{pid}@") for p in described.pollers)
-        if polling == len(kinds):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"worker {pid} did not poll {task_queue} within {seconds:g}s")
 
 
 def _marked(workspace: Path) -> bool:
@@ -109,10 +84,8 @@ async def _kill_during_hook(
                 task_queue=task_queue,
             )
             await wait_for(lambda: _marked(workspace), 60, f"the {event} hook to start")
-            spare.start()
-            assert spare.proc is not None
             booting = time.monotonic()
-            await _wait_polling(client, task_queue, spare.proc.pid)
+            await spare.start().polling(client, task_queue)
             print(f"the second worker polled after {time.monotonic() - booting:.1f}s")
             assert (workspace / "hook-marker").read_text() == "x\n"  # still in the first worker
             worker.kill()

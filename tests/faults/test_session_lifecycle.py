@@ -4,6 +4,8 @@ queued, not refused; nothing a tool started is alive after the session ended."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 import uuid
 from pathlib import Path
 
@@ -11,12 +13,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.tools.environment import session_tag_prefix, tagged_processes
 from durable_agent.engine.contracts import PromptRequest, SessionInput
 from durable_agent.engine.state import QueryConfig, QueryResult, Terminal
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
 from durable_agent.replay.cassette import message
 from tests.faults.harness import WorkerProcess, process_env, transcript_problems, wait_for
-from tests.faults.test_tool_kills import _leftovers
 from workflows.query import QueryWorkflow
 from workflows.session import SessionWorkflow
 
@@ -51,6 +53,7 @@ async def test_a_prompt_sent_right_after_a_worker_restart_is_queued_not_refused(
     with ReplayServer(turns) as api:
         env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
         worker = WorkerProcess(env, tmp_path / "worker.log").start()
+        standby = WorkerProcess(env, tmp_path / "standby.log")
         try:
             client = await Client.connect(
                 own_server.address, data_converter=pydantic_data_converter
@@ -64,10 +67,12 @@ async def test_a_prompt_sent_right_after_a_worker_restart_is_queued_not_refused(
             )
             await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="1"))
             await wait_for(lambda: len(api.requests) >= 1, 30, "the first model call")
+            await standby.start().polling(client, task_queue)
             worker.kill()
-            worker.start()
+            killed_at = time.monotonic()
             # Like `chat`: the next prompt goes as soon as the previous answer is there.
             first = await _result(client, f"{sid}-q1")
+            recovered = time.monotonic() - killed_at
             second_id = await handle.execute_update(
                 SessionWorkflow.submit_prompt, PromptRequest(prompt="2")
             )
@@ -81,6 +86,8 @@ async def test_a_prompt_sent_right_after_a_worker_restart_is_queued_not_refused(
             status = await handle.result()
         finally:
             worker.stop()
+            standby.stop()
+    assert recovered < 15, f"a kill during a model call took {recovered:.1f}s to recover"
     assert [first.terminal, second.terminal, third.terminal] == [Terminal.COMPLETED] * 3
     assert (second_id.index, third_id.index) == (2, 3) and status.queries == 3
     prompts = [r["messages"][-1]["content"] for r in api.requests[-2:]]
@@ -89,9 +96,17 @@ async def test_a_prompt_sent_right_after_a_worker_restart_is_queued_not_refused(
     assert transcript_problems(next((home / "sessions").glob("*.jsonl"))) == []
 
 
-async def test_nothing_a_tool_started_outlives_its_session(own_server, tmp_path):
+def _leftovers(session_id: str) -> list[int]:
+    return tagged_processes(session_tag_prefix(session_id), prefix=True)
+
+
+async def test_nothing_a_tool_or_hook_started_outlives_its_session(own_server, tmp_path):
     workspace = tmp_path / "ws"
-    workspace.mkdir()
+    (workspace / ".claude").mkdir(parents=True)
+    # A Stop hook that leaves a daemon behind, like the Bash call below.
+    daemon = "setsid sleep 1003 >/dev/null 2>&1 < /dev/null &"
+    hooks = {"Stop": [{"hooks": [{"type": "command", "command": daemon}]}]}
+    (workspace / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks}))
     command = (
         "sleep 1000 & "
         "nohup sleep 1001 >/dev/null 2>&1 & "
@@ -124,4 +139,4 @@ async def test_nothing_a_tool_started_outlives_its_session(own_server, tmp_path)
             await wait_for(lambda: _leftovers(sid) == [], 5, "the session's processes to end")
     assert first.terminal == Terminal.COMPLETED
     assert api.requests[1]["messages"][-1]["content"][0]["content"] == "started"
-    assert len(alive) == 3, alive
+    assert len(alive) == 4, alive  # three from Bash, one from the Stop hook

@@ -11,7 +11,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.tools.environment import RUN_TAG_NAME
+from activities.tools.environment import session_tag_prefix, tagged_processes
 from durable_agent.engine.contracts import SessionInput
 from durable_agent.engine.state import QueryConfig, Terminal
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
@@ -20,30 +20,11 @@ from workflows.session import SessionWorkflow
 
 
 def _leftovers(session_id: str) -> list[int]:
-    needle = f"{RUN_TAG_NAME}={session_id}/".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if any(v.startswith(needle) for v in environ.split(b"\0")):
-                found.append(int(entry.name))
-    return found
+    return tagged_processes(session_tag_prefix(session_id), prefix=True)
 
 
-async def _connect(own_server, seconds: float = 30.0) -> Client:
-    """A client; a server that just (re)started answers "Frontend is not healthy yet" for a
-    moment after its port opens."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            return await Client.connect(own_server.address, data_converter=pydantic_data_converter)
-        except RuntimeError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+async def _connect(own_server) -> Client:
+    return await Client.connect(own_server.address, data_converter=pydantic_data_converter)
 
 
 async def _start(own_server, workspace, task_queue):
@@ -68,17 +49,19 @@ async def test_worker_killed_during_env_bash_side_effect_runs_it_once(own_server
     with ReplayServer(turns) as api:
         env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
         worker = WorkerProcess(env, tmp_path / "worker.log").start()
+        standby = WorkerProcess(env, tmp_path / "standby.log")
         try:
             sid, handle = await _start(own_server, workspace, task_queue)
             await wait_for((workspace / "marker").exists, 30, "the side effect to start")
+            await standby.start().polling(await _connect(own_server), task_queue)
             worker.kill()
             assert _leftovers(sid), "the killed worker's tool process should still be running"
             killed_at = time.monotonic()
-            worker.start()
             status = await handle.result()
             recovered = time.monotonic() - killed_at
         finally:
             worker.stop()
+            standby.stop()
     result = status.last_result
     assert result is not None and result.terminal == Terminal.COMPLETED
     assert (workspace / "marker").read_text() == "x\n"  # ran once
