@@ -12,8 +12,15 @@ import httpx2
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from activities.hooks import run_hooks
-from activities.model import ModelActivities, StreamIncomplete, system_prompt
+from activities.model import (
+    MalformedResponse,
+    ModelActivities,
+    StreamIncomplete,
+    read_stream,
+    system_prompt,
+)
 from activities.transcript import append_pending
 from durable_agent.engine.context import (
     drop_oldest,
@@ -152,8 +159,10 @@ class CompactionActivities:
                 "tool_choice": {"type": "none"},
             }
             try:
-                text = await self._stream_text(body)
-            except (anthropic.APIError, httpx2.HTTPError, OSError, StreamIncomplete) as exc:
+                text = await self._stream_text(body, req.config.stream_idle_seconds)
+            except (
+                anthropic.APIError, httpx2.HTTPError, OSError, StreamIncomplete, MalformedResponse,
+            ) as exc:  # fmt: skip
                 decision = self.model._decide(exc, _compact_call(req), _track())
                 if decision.kind == ErrorKind.PROMPT_TOO_LONG:
                     messages = drop_oldest(messages)
@@ -175,13 +184,11 @@ class CompactionActivities:
             "the conversation is too long to summarise", type="PromptTooLong", non_retryable=True
         )
 
-    async def _stream_text(self, body: dict[str, Any]) -> str:
-        async with self.model.client().messages.stream(**body) as stream:
-            async for event in stream:
-                activity.heartbeat()
-                if event.type == "message_stop":
-                    break
-            final = await stream.get_final_message()
+    async def _stream_text(self, body: dict[str, Any], idle: float) -> str:
+        """The summary, read like any model answer (bounded idle time, unreadable answers named),
+        heartbeating meanwhile so that an interrupt or a dead worker is noticed."""
+        async with heartbeating():
+            final = await read_stream(self.model.client().messages.stream(**body), idle)
         return "".join(b.text for b in final.content if b.type == "text")
 
     async def _count_tokens(self, chain: list[TranscriptEntry], req: CompactInput) -> int:

@@ -8,6 +8,9 @@ from collections.abc import AsyncIterator
 
 from temporalio import activity
 
+HEARTBEAT_INTERVAL_SECONDS = 1.0
+"""How often a long activity heartbeats at most: an interrupt's cancel arrives with the reply."""
+
 
 @contextlib.asynccontextmanager
 async def heartbeating(*details: object) -> AsyncIterator[None]:
@@ -16,7 +19,7 @@ async def heartbeating(*details: object) -> AsyncIterator[None]:
         yield
         return
     timeout = activity.info().heartbeat_timeout
-    interval = timeout.total_seconds() / 2 if timeout else 10.0
+    interval = min(timeout.total_seconds() / 2, HEARTBEAT_INTERVAL_SECONDS) if timeout else 10.0
 
     async def beat() -> None:
         while True:

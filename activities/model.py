@@ -10,7 +10,7 @@ import asyncio
 import json
 import platform
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, get_args
@@ -117,6 +117,49 @@ def _preview(text: str) -> str:
     return repr(flat[:PREVIEW_CHARS] + ("…" if len(flat) > PREVIEW_CHARS else ""))
 
 
+async def read_stream(
+    manager: Any, idle: float, on_event: Callable[[Any], Awaitable[None]] | None = None
+) -> anthropic.types.Message:
+    """The final message of a `messages.stream(...)`, or the failure named in one line: a body
+    that is not SSE, an event the SDK cannot parse, an `error` event that is no API error, a
+    stream that ends without message_stop (MalformedResponse), nothing for `idle` seconds
+    (StreamIncomplete; leaving the stream closes the stalled connection)."""
+    async with manager as stream:
+        if "text/event-stream" not in stream.response.headers.get("content-type", ""):
+            raise await non_sse_body(stream.response)
+        stopped = False
+        received = 0
+        events = stream.__aiter__()
+        while True:
+            try:
+                event = await asyncio.wait_for(anext(events), idle)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise StreamIncomplete(f"the API sent nothing for {idle:g}s") from None
+            except (ValueError, TypeError, RuntimeError, AttributeError, KeyError) as exc:
+                # The SDK could not parse what arrived (its parser's text, not ours).
+                raise unreadable_event(exc, _snapshot(stream), received) from None
+            except anthropic.APIStatusError as exc:
+                if exc.status_code == 200 and not _api_error_body(exc.body):
+                    raise MalformedResponse(
+                        f"the API sent an `error` event after {received} events that is "
+                        f"not an API error: {_preview(str(exc.body))}"
+                    ) from None
+                raise
+            received += event.type in RAW_EVENT_TYPES
+            stopped = stopped or event.type == "message_stop"
+            if on_event is not None:
+                await on_event(event)
+        if not stopped:
+            if received == 0:
+                raise MalformedResponse("the API answered 200 but sent no SSE events")
+            raise MalformedResponse(
+                f"the API's stream ended after {received} events, without message_stop"
+            )
+        return await stream.get_final_message()
+
+
 def _api_error_body(body: object) -> bool:
     """An `error` event's data as the API sends it: {"type": "error", "error": {"type": …}}."""
     error = body.get("error") if isinstance(body, dict) else None
@@ -174,10 +217,24 @@ def to_failure(exc: BaseException) -> ApiFailure:
             headers=dict(exc.response.headers),
         )
     text = f"{type(exc).__name__}: {exc}"
-    reset = isinstance(exc, ConnectionResetError | BrokenPipeError) or any(
-        word in text.lower() for word in ("reset", "broken pipe", "epipe", "incomplete", "closed")
+    chain = _causes(exc)
+    reset = any(isinstance(e, ConnectionResetError | BrokenPipeError) for e in chain) or any(
+        word in f"{e}".lower()
+        for e in chain
+        for word in ("reset", "broken pipe", "epipe", "incomplete", "closed")
     )
     return ApiFailure(status=None, message=text, connection_reset=reset)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what it wraps: the SDK raises APIConnectionError from httpx's ReadError, itself
+    raised from the OS's ConnectionResetError."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 20:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
 
 
 def _error_type(exc: anthropic.APIStatusError) -> str | None:
@@ -378,49 +435,19 @@ class ModelActivities:
         refresh = track.credential_refreshes > 0 and self._client is None
         early = req.config.streaming_tool_execution and req.config.eager_tools != EagerTools.NONE
         idle = req.config.stream_idle_seconds
-        async with (
-            heartbeating(details),
-            self.client(refresh_key=refresh).messages.stream(**request) as stream,
-        ):
-            if "text/event-stream" not in stream.response.headers.get("content-type", ""):
-                raise await non_sse_body(stream.response)
-            stopped = False
-            received = 0
-            events = stream.__aiter__()
-            while True:
-                try:
-                    event = await asyncio.wait_for(anext(events), idle)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    # Leaving the `async with` closes the stalled connection.
-                    raise StreamIncomplete(f"the API sent nothing for {idle:g}s") from None
-                except (ValueError, TypeError, RuntimeError, AttributeError, KeyError) as exc:
-                    # The SDK could not parse what arrived (its parser's text, not ours).
-                    raise unreadable_event(exc, _snapshot(stream), received) from None
-                except anthropic.APIStatusError as exc:
-                    if exc.status_code == 200 and not _api_error_body(exc.body):
-                        raise MalformedResponse(
-                            f"the API sent an `error` event after {received} events that is "
-                            f"not an API error: {_preview(str(exc.body))}"
-                        ) from None
-                    raise
-                received += event.type in RAW_EVENT_TYPES
-                activity.heartbeat(details)
-                stopped = stopped or event.type == "message_stop"
-                if early and event.type == "content_block_stop":
-                    block = event.content_block
-                    if block.type == "tool_use":
-                        await self._tool_ready(
-                            req, ToolUseBlock(id=block.id, name=block.name, input=dict(block.input))
-                        )
-            if not stopped:
-                if received == 0:
-                    raise MalformedResponse("the API answered 200 but sent no SSE events")
-                raise MalformedResponse(
-                    f"the API's stream ended after {received} events, without message_stop"
-                )
-            return await stream.get_final_message()
+
+        async def on_event(event: Any) -> None:
+            activity.heartbeat(details)
+            if early and event.type == "content_block_stop":
+                block = event.content_block
+                if block.type == "tool_use":
+                    await self._tool_ready(
+                        req, ToolUseBlock(id=block.id, name=block.name, input=dict(block.input))
+                    )
+
+        async with heartbeating(details):
+            body = self.client(refresh_key=refresh).messages.stream(**request)
+            return await read_stream(body, idle, on_event)
 
     def _decide(self, exc: BaseException, req: CallModelInput, track: RetryTrack) -> ErrorDecision:
         cfg = req.config
@@ -439,7 +466,7 @@ class ModelActivities:
                 track=track,
                 has_fallback=cfg.fallback_model is not None
                 and req.request.model != cfg.fallback_model,
-                max_attempts=cfg.max_attempts,
+                max_retries=cfg.max_retries,
                 now=datetime.now(UTC),
                 jitter=self.jitter(),
             ),

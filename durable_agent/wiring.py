@@ -14,6 +14,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.worker import Worker
 
 from activities.compaction import CompactionActivities
+from activities.heartbeat import HEARTBEAT_INTERVAL_SECONDS
 from activities.hooks import HookActivities
 from activities.model import ClientFactory, ModelActivities, default_client
 from activities.tools import ToolActivities
@@ -59,6 +60,10 @@ def build_worker(
         max_concurrent_activities=max_concurrent_activities,
         # A killed worker's sessions move to another worker after this, not the default 10 s.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        # Heartbeats reach the server within a second, and with them an interrupt's cancel
+        # reaches the activity (the default waits up to 80 % of the heartbeat timeout).
+        max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_INTERVAL_SECONDS),
+        default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_INTERVAL_SECONDS),
     )
 
 

@@ -1,11 +1,21 @@
 """Compaction end to end: the replay server, the real client and activities, Temporal."""
 
+import asyncio
 import json
+import time
+import uuid
+
+import pytest
 
 from durable_agent.engine.context import CLEARED_MARKER
-from durable_agent.engine.state import Terminal, Transition
+from durable_agent.engine.contracts import SessionInput
+from durable_agent.engine.state import QueryConfig, Terminal, Transition
 from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
-from tests.helpers import run_session
+from durable_agent.replay.cassette import message
+from durable_agent.wiring import build_worker
+from tests.faults.harness import transcript_problems
+from tests.helpers import replay_client_factory, run_session
+from workflows.session import SessionWorkflow
 
 SUMMARY = "<summary>1. Request and intent: list files. 7. Next step: finish.</summary>"
 
@@ -185,12 +195,15 @@ async def test_the_breaker_stops_autocompact_after_three_failures(
     assert script.summary_requests == 3  # then the breaker stays open for the rest of the query
 
 
-async def test_task_budget_is_sent_only_after_a_compaction(ts_env, store, workspace, task_queue):
+async def test_task_budget_total_from_the_first_request_remaining_after_a_compaction(
+    ts_env, store, workspace, task_queue
+):
     script = Script([glob(1, input_tokens=168_000), glob(2), text_turn("done")])
     server, result, _ = await run(ts_env, store, workspace, task_queue, script, task_budget=400_000)
     assert result.compactions == 1
     plain = [b for b in server.requests if not is_summary_request(b)]
-    assert "output_config" not in plain[0]
+    assert plain[0]["output_config"]["task_budget"] == {"type": "tokens", "total": 400_000}
+    assert server.headers[0]["anthropic-beta"] == "task-budgets-2026-03-13"
     budget = plain[1]["output_config"]["task_budget"]
     assert budget["type"] == "tokens" and budget["total"] == 400_000
     assert 400_000 - 172_000 < budget["remaining"] < 400_000 - 168_000
@@ -224,3 +237,48 @@ async def test_pre_compact_hooks_run_first(
     assert payload["session_id"] == sid and payload["transcript_path"].endswith(".jsonl")
     assert payload["cwd"] == str(workspace.resolve())
     assert not (workspace / "never.txt").exists()
+
+
+def slow_summary(seconds: float = 120.0) -> Turn:
+    return Turn(
+        response=message([{"type": "text", "text": SUMMARY}], "end_turn"),
+        pause_before={1: seconds},
+    )
+
+
+@pytest.mark.parametrize("trigger", ["auto", "reactive"])
+async def test_an_interrupt_during_compaction_ends_the_prompt_in_seconds(
+    trigger, ts_env, store, workspace, task_queue
+):
+    (workspace / "a.txt").write_text("a")
+    first = glob(1, input_tokens=168_000) if trigger == "auto" else ptl()
+    script = Script([first, text_turn("never sent")], summaries=[slow_summary()])
+    sid = f"test-{uuid.uuid4()}"
+    with ReplayServer(script) as server:
+        factory = replay_client_factory(server)
+        async with build_worker(ts_env.client, task_queue, store, factory):
+            handle = await ts_env.client.start_workflow(
+                SessionWorkflow.run,
+                SessionInput(
+                    session_id=sid,
+                    config=QueryConfig(workspace=str(workspace)),
+                    initial_prompt="list the files",
+                    close_when_idle=True,
+                ),
+                id=sid,
+                task_queue=task_queue,
+            )
+            for _ in range(600):
+                if script.summary_requests:
+                    break
+                await asyncio.sleep(0.05)
+            assert script.summary_requests == 1, "compaction never started"
+            sent = time.monotonic()
+            await handle.signal(SessionWorkflow.interrupt)
+            status = await asyncio.wait_for(handle.result(), 20)
+            took = time.monotonic() - sent
+    result = status.last_result
+    assert result is not None, status
+    assert result.terminal == Terminal.ABORTED_STREAMING and result.compactions == 0
+    assert took < 10, f"the interrupt took {took:.1f}s"
+    assert transcript_problems(store.transcript_path(sid)) == []

@@ -92,7 +92,8 @@ def test_three_consecutive_failures_trip_the_breaker():
 def test_compaction_resets_tracking_and_charges_the_task_budget():
     state = compaction_failed(State(context_tokens=170_000, collapsed_ids=("a",)))
     cfg = QueryConfig(task_budget=300_000)
-    assert model_request(state, cfg).task_budget is None  # only after a compaction
+    first = model_request(state, cfg).task_budget
+    assert first is not None and (first.total, first.remaining) == (300_000, None)
     after = after_compaction(state, cfg, "sum", 170_000, 3_000, "turn-1", reactive=False)
     assert after.head_uuid == "sum" and after.context_tokens == 3_000 and after.compactions == 1
     assert after.compaction.compacted and after.compaction.turn_id == "turn-1"

@@ -100,10 +100,10 @@ def test_credentials_are_refreshed_once():
     assert second.action == Action.FAIL
 
 
-def test_attempts_are_capped_outside_unattended_mode():
-    assert decide(500, attempt=9).action == Action.RETRY
-    d = decide(500, attempt=10)
-    assert d.action == Action.FAIL and "gave up after 10 attempts" in d.message
+def test_ten_retries_outside_unattended_mode():
+    assert decide(500, attempt=10).action == Action.RETRY  # the 10th retry is attempt 11
+    d = decide(500, attempt=11)
+    assert d.action == Action.FAIL and "gave up after 10 retries" in d.message
 
 
 def test_unattended_mode_retries_429_and_529_forever_with_a_5_minute_cap():
@@ -112,7 +112,7 @@ def test_unattended_mode_retries_429_and_529_forever_with_a_5_minute_cap():
             status, attempt=500, mode=RetryMode.UNATTENDED, track=RetryTrack(consecutive_529=499)
         )
         assert d.action == Action.RETRY and d.delay_seconds == 300.0
-    assert decide(500, attempt=10, mode=RetryMode.UNATTENDED).action == Action.FAIL
+    assert decide(500, attempt=11, mode=RetryMode.UNATTENDED).action == Action.FAIL
 
 
 def test_retry_after_headers():

@@ -2,7 +2,7 @@
 
 from durable_agent.engine.contracts import CallModelOutput, ToolCall, WithheldError
 from durable_agent.engine.errors import ErrorKind
-from durable_agent.engine.loop import after_model_response
+from durable_agent.engine.loop import after_fallback, after_model_response, model_request
 from durable_agent.engine.messages import (
     Message,
     TextBlock,
@@ -92,6 +92,20 @@ def test_max_tokens_escalates_once_then_recovers_three_times_then_errors():
     )
 
 
+def test_a_new_turn_gets_its_own_output_limit_recoveries():
+    state = BEFORE
+    for n in range(4):  # the escalation, then the three recovery messages of turn 1
+        state = after_model_response(state, out("max_tokens"), CFG, f"r{n}").state
+    assert state.output_recoveries == 3 and state.max_tokens_override == 64_000
+    tools = after_model_response(state, out("tool_use", tools=["t"]), CFG, "n")
+    turn2 = tools.state.next(Transition.NEXT_TURN, turn_count=2)
+    assert turn2.output_recoveries == 0 and turn2.max_tokens_override is None
+    again = after_model_response(turn2, out("max_tokens"), CFG, "n2")
+    assert again.state.transition == Transition.MAX_OUTPUT_TOKENS_ESCALATE
+    recovered = after_model_response(again.state, out("max_tokens"), CFG, "n3")
+    assert recovered.terminal is None and recovered.state.output_recoveries == 1
+
+
 def test_no_escalation_when_the_cap_is_already_high():
     after = after_model_response(
         BEFORE, out("max_tokens"), QueryConfig(max_output_tokens=64_000), "n"
@@ -178,10 +192,28 @@ def test_thinking_blocks_pass_back_exactly_but_never_last():
     )
 
 
-def test_thinking_is_stripped_without_thinking_or_after_a_fallback():
+def test_thinking_is_stripped_without_thinking_or_before_a_fallback():
     for req in (
         ModelRequest(model="m", max_tokens=10),
-        ModelRequest(model="m", max_tokens=10, thinking_budget=2000, strip_thinking=True),
+        ModelRequest(model="m", max_tokens=10, thinking_budget=2000, strip_thinking_through="4"),
     ):
         built = build(CHAIN, "S", (), req)
         assert "thinking" not in [b["type"] for m in built["messages"] for b in m["content"]]
+
+
+def test_after_a_fallback_the_fallback_models_thinking_passes_back_exactly():
+    state = after_fallback(State(head_uuid="2"), "fallback")
+    assert (state.model, state.fallback_head) == ("fallback", "2")
+    req = model_request(state, QueryConfig(thinking_budget=2000))
+    fallback_turn = entry(
+        "5",
+        "4",
+        "assistant",
+        ThinkingBlock(thinking="mine", signature="fb"),
+        ToolUseBlock(id="t2", name="Read", input={}),
+    )
+    built = build([*CHAIN[:3], fallback_turn], "S", (), req)
+    thinking = [b for m in built["messages"] for b in m["content"] if b["type"] == "thinking"]
+    assert thinking == [{"type": "thinking", "thinking": "mine", "signature": "fb"}]
+    behind = build([fallback_turn], "S", (), req)  # the head is behind a compaction boundary
+    assert behind["messages"][0]["content"][0]["signature"] == "fb"

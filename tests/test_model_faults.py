@@ -3,6 +3,7 @@ real call_model activity and Temporal's retries (time-skipping: backoff costs no
 
 import json
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 
 from activities.transcript import StoreError, TranscriptStore
@@ -58,6 +59,44 @@ async def test_529_four_times_with_fallback_switches_model(ts_env, store, worksp
     assert server.requests[4]["messages"] == server.requests[0]["messages"]
 
 
+def thinking_tool_turn(signature: str, tool_id: str) -> Turn:
+    content = [
+        {"type": "thinking", "thinking": f"plan of {signature}", "signature": signature},
+        {"type": "tool_use", "id": tool_id, "name": "Bash", "input": {"command": "echo hi"}},
+    ]
+    return Turn(response=message(content, "tool_use"))
+
+
+def thinking_signatures(body) -> list[str]:
+    return [
+        b["signature"]
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] == "thinking"
+    ]
+
+
+async def test_after_a_fallback_only_the_earlier_models_thinking_is_dropped(
+    ts_env, store, workspace, task_queue
+):
+    turns = [
+        thinking_tool_turn("main-sig", "t1"),
+        *[OVERLOADED] * 4,
+        thinking_tool_turn("fallback-sig", "t2"),
+        text_turn("done"),
+    ]
+    server, result, _ = await run(
+        ts_env, store, workspace, task_queue, turns,
+        fallback_model="claude-fallback", thinking_budget=2048,
+    )  # fmt: skip
+    assert result.terminal == Terminal.COMPLETED and result.fallback_used
+    assert thinking_signatures(server.requests[1]) == ["main-sig"]  # same model: passed back
+    assert thinking_signatures(server.requests[5]) == []  # the other model's signature: dropped
+    # The fallback model's own thinking goes back exactly through its tool trajectory.
+    assert thinking_signatures(server.requests[6]) == ["fallback-sig"]
+
+
 async def test_429_honours_retry_after(ts_env, store, workspace, task_queue):
     turns = [err(429, "rate_limit_error", "slow down", **{"retry-after": "2"}), text_turn("ok")]
     server, result, sid = await run(ts_env, store, workspace, task_queue, turns)
@@ -102,6 +141,19 @@ async def test_connection_dropped_mid_stream_is_retried(ts_env, store, workspace
     server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
     assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
     assert sum(result.retries.values()) == 1
+
+
+@pytest.mark.parametrize("fault", ["reset", "drop"])
+async def test_a_connection_reset_is_recognised_through_the_sdks_wrapping(
+    fault, ts_env, store, workspace, task_queue
+):
+    # The SDK raises APIConnectionError("Connection error.") from httpx's ReadError, itself
+    # from ConnectionResetError: a reset (the client is rebuilt without keep-alive), not a
+    # generic connection error.
+    turns = [streamed(Fault(kind=fault, after_events=4)), text_turn("ok")]
+    server, result, _ = await run(ts_env, store, workspace, task_queue, turns)
+    assert len(server.requests) == 2 and result.terminal == Terminal.COMPLETED
+    assert result.retries == {"ConnectionReset": 1}
 
 
 async def test_truncated_sse_is_retried(ts_env, store, workspace, task_queue):
@@ -156,10 +208,10 @@ async def test_500s_are_retried(ts_env, store, workspace, task_queue):
     assert result.retries == {"ServerError": 3}
 
 
-async def test_500s_give_up_after_ten_attempts(ts_env, store, workspace, task_queue):
-    server, result, _ = await run(ts_env, store, workspace, task_queue, [err(500)] * 10)
-    assert len(server.requests) == 10 and result.terminal == Terminal.MODEL_ERROR
-    assert "gave up after 10 attempts" in result.message
+async def test_500s_give_up_after_ten_retries(ts_env, store, workspace, task_queue):
+    server, result, _ = await run(ts_env, store, workspace, task_queue, [err(500)] * 12)
+    assert len(server.requests) == 11 and result.terminal == Terminal.MODEL_ERROR
+    assert "gave up after 10 retries" in result.message
 
 
 def truncated(text):

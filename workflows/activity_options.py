@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
@@ -32,6 +33,18 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.engine.state import QueryConfig
 
+WAIT_FOR_CANCELLATION_PATCH = "interrupt-waits-for-cancellation-v1"
+
+
+def _on_interrupt() -> ActivityCancellationType:
+    """An interrupted activity is waited for until it has stopped (it learns of the cancel from
+    its next heartbeat): nothing it does, an answer or summary stored, a tool's output, lands
+    after its prompt ended. Histories from before wait for nothing."""
+    if workflow.patched(WAIT_FOR_CANCELLATION_PATCH):
+        return ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+    return ActivityCancellationType.TRY_CANCEL
+
+
 READ_ONLY_TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 SIDE_EFFECT_TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=4)
 """A later attempt of a tool with side effects never re-runs it: it returns the recorded result,
@@ -47,7 +60,7 @@ def model_retry_policy(cfg: QueryConfig) -> RetryPolicy:
         initial_interval=timedelta(milliseconds=500),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=cap),
-        maximum_attempts=0 if cfg.unattended else cfg.max_attempts,
+        maximum_attempts=0 if cfg.unattended else cfg.max_retries + 1,
         non_retryable_error_types=list(NON_RETRYABLE_ERROR_TYPES),
     )
 
@@ -57,6 +70,7 @@ def call_model(req: CallModelInput, summary: str) -> Awaitable[CallModelOutput]:
     return workflow.execute_activity(
         "call_model",
         req,
+        cancellation_type=_on_interrupt(),
         result_type=CallModelOutput,
         start_to_close_timeout=timedelta(seconds=cfg.model_call_timeout_seconds),
         schedule_to_close_timeout=timedelta(seconds=cfg.unattended_max_seconds)
@@ -74,6 +88,7 @@ def run_tool(
     return workflow.execute_activity(
         "run_tool",
         req,
+        cancellation_type=_on_interrupt(),
         result_type=RunToolOutput,
         start_to_close_timeout=timedelta(seconds=cfg.tool_timeout_seconds),
         heartbeat_timeout=timedelta(seconds=cfg.tool_heartbeat_seconds),
@@ -94,6 +109,7 @@ def autocompact(req: CompactInput) -> Awaitable[CompactOutput]:
     return workflow.execute_activity(
         "autocompact",
         req,
+        cancellation_type=_on_interrupt(),
         result_type=CompactOutput,
         start_to_close_timeout=timedelta(seconds=req.config.model_call_timeout_seconds),
         heartbeat_timeout=timedelta(seconds=req.config.model_heartbeat_seconds),
@@ -119,6 +135,7 @@ def run_stop_hooks(req: StopHooksInput) -> Awaitable[StopHooksOutput]:
     return workflow.execute_activity(
         "run_stop_hooks",
         req,
+        cancellation_type=_on_interrupt(),
         result_type=StopHooksOutput,
         start_to_close_timeout=HOOK_TIMEOUT,
         heartbeat_timeout=timedelta(seconds=req.heartbeat_seconds),

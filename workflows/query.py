@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         PreCall,
         Recovery,
         after_compaction,
+        after_fallback,
         after_model_response,
         after_stop_hooks,
         before_model_call,
@@ -209,7 +210,10 @@ class QueryWorkflow:
             iterations += 1
             if self._interrupted:
                 return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
-            prepared = await self._prepare_context(inp, state)
+            try:
+                prepared = await self._prepare_context(inp, state)
+            except _Interrupted:  # during autocompact
+                return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
             if isinstance(prepared, QueryResult):
                 return prepared
             state = prepared
@@ -245,7 +249,7 @@ class QueryWorkflow:
                         "status",
                         f"{request.model} stays overloaded; switching to {cfg.fallback_model}",
                     )
-                    state = state.model_copy(update={"model": cfg.fallback_model})
+                    state = after_fallback(state, cfg.fallback_model)
                     continue
                 return await self._finish(state, Terminal.MODEL_ERROR, model_error(exc, cfg))
             after = after_model_response(state, out, cfg, str(workflow.uuid4()))
@@ -253,7 +257,12 @@ class QueryWorkflow:
             if not after.run_tools:
                 self._discard_executors()
             if after.withheld is not None:
-                recovered = await self._recover(inp, state, after.withheld)
+                try:
+                    recovered = await self._recover(inp, state, after.withheld)
+                except _Interrupted:  # during reactive compact
+                    return await self._finish(
+                        state, Terminal.ABORTED_STREAMING, "interrupted by user"
+                    )
                 if isinstance(recovered, QueryResult):
                     return recovered
                 state = recovered

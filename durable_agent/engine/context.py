@@ -250,8 +250,11 @@ def plan_collapse(
 
 
 class TaskBudget(BaseModel):
+    """`output_config.task_budget`: the total from the first request; `remaining` only once a
+    compaction hid part of the conversation from the API (analysis §15)."""
+
     total: int
-    remaining: int
+    remaining: int | None = None
 
 
 def task_budget_after_compaction(total: int, remaining: int | None, pre_compact_tokens: int) -> int:

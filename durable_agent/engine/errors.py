@@ -61,7 +61,8 @@ NON_RETRYABLE_ERROR_TYPES: tuple[str, ...] = (
     GAVE_UP,
 )
 
-DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_MAX_RETRIES = 10
+"""Retries of one model call after its first attempt (the reference engine's DEFAULT_MAX_RETRIES)."""
 MAX_529_RETRIES = 3
 MAX_MALFORMED_ATTEMPTS = 3
 """Unreadable answers (typically a proxy's hiccup) get this many tries in all, not 10."""
@@ -139,7 +140,7 @@ class RetryContext(BaseModel):
     mode: RetryMode = RetryMode.DEFAULT
     track: RetryTrack = RetryTrack()
     has_fallback: bool = False
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_retries: int = DEFAULT_MAX_RETRIES
     now: datetime | None = None
     jitter: float = 0.0
     """A random number in [0, 1) supplied by the caller; adds up to 25 % of the base delay."""
@@ -229,8 +230,8 @@ def classify(failure: ApiFailure, ctx: RetryContext) -> ErrorDecision:
         ErrorKind.RATE_LIMITED,
     )
     retrying = action in (Action.RETRY, Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT)
-    if retrying and not persistent and ctx.attempt >= ctx.max_attempts:
-        action, why = Action.FAIL, f"gave up after {ctx.attempt} attempts"
+    if retrying and not persistent and ctx.attempt > ctx.max_retries:
+        action, why = Action.FAIL, f"gave up after {ctx.attempt - 1} retries"
     delay = None
     if action in (Action.RETRY, Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT):
         cap = UNATTENDED_MAX_DELAY_SECONDS if persistent else MAX_DELAY_SECONDS

@@ -120,6 +120,12 @@ class PreCall(StrEnum):
     BLOCK = "block"
 
 
+def after_fallback(state: State, fallback_model: str) -> State:
+    """The same request again (the pending entry is stored idempotently) to the fallback model,
+    for the rest of the query; what came before it loses its thinking blocks."""
+    return state.model_copy(update={"model": fallback_model, "fallback_head": state.head_uuid})
+
+
 def thresholds(state: State, cfg: QueryConfig) -> Thresholds:
     return Thresholds.for_window(context_window_for(state.model or cfg.model, cfg.context_window))
 
@@ -152,13 +158,13 @@ def model_request(state: State, cfg: QueryConfig) -> ModelRequest:
         cfg.microcompact_above_tokens if cfg.microcompact_above_tokens is not None else window // 2
     )
     task = None
-    if cfg.task_budget is not None and state.task_budget_remaining is not None:
+    if cfg.task_budget is not None:
         task = TaskBudget(total=cfg.task_budget, remaining=state.task_budget_remaining)
     return ModelRequest(
         model=model,
         max_tokens=state.max_tokens_override or cfg.max_output_tokens,
         thinking_budget=cfg.thinking_budget,
-        strip_thinking=state.model is not None,
+        strip_thinking_through=state.fallback_head,
         prompt_caching=cfg.prompt_caching,
         result_budget_tokens=cfg.tool_result_budget_tokens,
         message_budget_tokens=cfg.message_result_budget_tokens,

@@ -33,8 +33,10 @@ class ModelRequest(BaseModel):
     model: str
     max_tokens: int
     thinking_budget: int | None = None
-    strip_thinking: bool = False
-    """Drop earlier thinking blocks: after a fallback their signatures cannot be verified."""
+    strip_thinking_through: str | None = None
+    """After a fallback: the uuid of the last entry before it. Thinking blocks up to there are
+    dropped (another model's signatures cannot be verified); the fallback model's own pass back
+    exactly, as its tool trajectory needs (analysis §12.6, rule 3)."""
     prompt_caching: bool = True
     result_budget_tokens: int = 25_000
     message_budget_tokens: int = 50_000
@@ -51,9 +53,10 @@ def request_messages(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The request view of a chain, in the strict order: budget → snip → microcompact →
     collapse. Returns the messages and the ids of results replaced by an overflow preview."""
+    if req.strip_thinking_through is not None:
+        chain = _without_thinking_through(chain, req.strip_thinking_through)
     messages = to_api_messages(chain)
-    keep_thinking = req.thinking_budget is not None and not req.strip_thinking
-    messages = [_clean(m, keep_thinking) for m in messages]
+    messages = [_clean(m, req.thinking_budget is not None) for m in messages]
     messages = [m for m in messages if m["content"]]
     messages, overflowed = apply_tool_result_budget(
         messages, req.result_budget_tokens, req.message_budget_tokens, overflow_path
@@ -91,10 +94,26 @@ def build_request(
         request["thinking"] = {"type": "enabled", "budget_tokens": req.thinking_budget}
         request["max_tokens"] = max(req.max_tokens, req.thinking_budget + THINKING_HEADROOM)
     if req.task_budget is not None:
-        budget = {"type": "tokens", **req.task_budget.model_dump()}
+        budget = {"type": "tokens", **req.task_budget.model_dump(exclude_none=True)}
         request["extra_headers"] = {"anthropic-beta": TASK_BUDGET_BETA}
         request["extra_body"] = {"output_config": {"task_budget": budget}}
     return request, overflowed
+
+
+def _without_thinking_through(chain: list[TranscriptEntry], uuid: str) -> list[TranscriptEntry]:
+    """The chain with the thinking blocks of the entries up to and including `uuid` removed
+    (none when `uuid` is not in the chain: it is behind a compaction boundary, so everything
+    in the chain came after the fallback)."""
+    uuids = [e.uuid for e in chain]
+    end = uuids.index(uuid) + 1 if uuid in uuids else 0
+    return [_strip_thinking(e) for e in chain[:end]] + chain[end:]
+
+
+def _strip_thinking(entry: TranscriptEntry) -> TranscriptEntry:
+    if entry.message is None or entry.type != "assistant":
+        return entry
+    kept = [b for b in entry.message.content if b.type not in THINKING_TYPES]
+    return entry.model_copy(update={"message": entry.message.model_copy(update={"content": kept})})
 
 
 def _clean(message: dict[str, Any], keep_thinking: bool) -> dict[str, Any]:

@@ -93,8 +93,8 @@ class QueryConfig(BaseModel):
     """Enable extended thinking with this many budget tokens."""
     prompt_caching: bool = True
     """cache_control on the system prompt and the last message."""
-    max_attempts: int = Field(default=10, ge=1)
-    """Attempts of one model call outside unattended 429/529 handling."""
+    max_retries: int = Field(default=10, ge=0)
+    """Retries of one model call after its first attempt, outside unattended 429/529 handling."""
     context_window: int | None = Field(default=None, ge=50_000)
     """Context window in tokens (default: 200k, or 1M for a model id ending in `[1m]`)."""
     autocompact: bool = True
@@ -110,7 +110,8 @@ class QueryConfig(BaseModel):
     microcompact_above_tokens: int | None = None
     """...once the context is above this many tokens (default: half the window)."""
     task_budget: int | None = Field(default=None, ge=1)
-    """Total task budget (API `output_config.task_budget`); `remaining` is sent after a compaction."""
+    """Total task budget (API `output_config.task_budget`), sent from the first request;
+    `remaining` is added after a compaction."""
     streaming_tool_execution: bool = True
     """Start tools while the model streams (StreamingToolExecutor); off: after the stream."""
     eager_tools: EagerTools = EagerTools.SAFE
@@ -174,6 +175,8 @@ class State(BaseModel):
     event_count: int = 0
     model: str | None = None
     """The model in use when it is not the configured one (after a fallback)."""
+    fallback_head: str | None = None
+    """The last entry before the fallback: thinking blocks up to it are not sent again."""
     max_tokens_override: int | None = None
     output_recoveries: int = 0
     usage_by_model: dict[str, Usage] = Field(default_factory=dict)
@@ -195,7 +198,8 @@ class State(BaseModel):
 
     def next(self, transition: Transition, **changes: object) -> State:
         """A new State for a `continue`, recording why. A new turn resets the once-per-turn
-        recovery flags; every other continue keeps them."""
+        recovery flags and the output-limit recoveries (escalation, 3 messages); every other
+        continue keeps them."""
         update: dict[str, object] = {
             "transition": transition,
             "transitions": (*self.transitions, transition),
@@ -203,6 +207,8 @@ class State(BaseModel):
         if transition == Transition.NEXT_TURN:
             update["has_attempted_reactive_compact"] = False
             update["collapse_drained"] = False
+            update["output_recoveries"] = 0
+            update["max_tokens_override"] = None
             if self.compaction.compacted:
                 update["compaction"] = self.compaction.model_copy(
                     update={"turn_counter": self.compaction.turn_counter + 1}

@@ -37,6 +37,7 @@ class Fault(BaseModel):
     """Break a streamed response, most kinds after `after_events` SSE events.
 
     drop: close the connection mid-event (a reset);
+    reset: (`after_events` unused) reset the connection before any answer (ECONNRESET);
     truncate: end the stream cleanly but early (no message_stop);
     error_event: send an `error` event (type `error_type`), as the API does when it overloads
     (with `body`, that data line instead);
@@ -54,6 +55,7 @@ class Fault(BaseModel):
 
     kind: Literal[
         "drop",
+        "reset",
         "truncate",
         "error_event",
         "garbage_event",

@@ -167,6 +167,8 @@ class ReplayServer(LoopbackServer):
                 if turn.error is not None:
                     return self._error(turn.error)
                 assert turn.response is not None
+                if turn.fault is not None and turn.fault.kind == "reset":
+                    return self._reset()
                 if turn.fault is not None and turn.fault.kind == "non_json_200":
                     return self._raw(200, turn.fault.content_type, turn.fault.body or PROXY_PAGE)
                 if body.get("stream"):
@@ -260,10 +262,15 @@ class ReplayServer(LoopbackServer):
                     # Half a frame, then a reset: the client sees the connection die mid-event.
                     self.wfile.write(b'event: content_block_delta\ndata: {"type": "cont')
                     self.wfile.flush()
-                    self.connection.setsockopt(
-                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-                    )
-                    self.connection.close()
+                    self._reset()
+
+            def _reset(self) -> None:
+                """Close with SO_LINGER 0: the client gets a TCP RST (ECONNRESET)."""
+                self.close_connection = True
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.connection.close()
 
         return Handler
 
