@@ -2,6 +2,7 @@
 real call_model activity and Temporal's retries (time-skipping: backoff costs no wall time)."""
 
 import json
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -60,7 +61,7 @@ async def test_529_four_times_with_fallback_switches_model(ts_env, store, worksp
 
 
 def thinking_tool_turn(signature: str, tool_id: str) -> Turn:
-    content = [
+    content: list[dict[str, Any]] = [
         {"type": "thinking", "thinking": f"plan of {signature}", "signature": signature},
         {"type": "tool_use", "id": tool_id, "name": "Bash", "input": {"command": "echo hi"}},
     ]
