@@ -14,7 +14,10 @@ from temporalio.client import Client
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.faults.harness import ROOT, WorkerProcess, process_env, wait_for
 
-OUTAGE_SECONDS = 6.0
+OUTAGE_SECONDS = 12.0
+"""Longer than the SDK client's own retries of a failed call (about 10 s), so that the outage
+reaches the CLI's code; a shorter one is ridden out inside the client, and the test would
+depend on when the CLI's call happened to fall (1 run in 6 failed with 6 s)."""
 
 
 def _cli(args: list[str], env: dict[str, str], stdin: bool = False) -> subprocess.Popen[str]:
