@@ -13,6 +13,7 @@ from pathlib import Path
 
 from durable_agent import __version__
 from durable_agent.console import FORMATS, fail
+from durable_agent.engine.budget import parse_amount
 from durable_agent.engine.state import (
     DEFAULT_MODEL,
     TOOL_CONCURRENCY_ENV,
@@ -77,6 +78,7 @@ def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
         context_window=args.context_window,
         autocompact=not args.no_autocompact,
         task_budget=args.task_budget,
+        token_budget=args.token_budget,
         streaming_tool_execution=not args.no_streaming_tools,
         eager_tools=EagerTools(args.eager_tools),
     )
@@ -89,6 +91,13 @@ def _positive(raw: str) -> int:
         raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _tokens(raw: str) -> int:
+    value = parse_amount(raw)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a token amount (like 500000, 500k, 2M)")
     return value
 
 
@@ -267,6 +276,13 @@ def _query_options(p: argparse.ArgumentParser) -> None:
         "--no-autocompact",
         action="store_true",
         help="never summarise; stop with blocking_limit when the context is full",
+    )
+    p.add_argument(
+        "--token-budget",
+        type=_tokens,
+        metavar="N",
+        help="output tokens Claude should spend (500000, 500k, 2M): when it stops below 90 %%, "
+        "it is told to keep working; a prompt may say it too (+500k, 'use 2M tokens')",
     )
     p.add_argument(
         "--task-budget",

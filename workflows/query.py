@@ -39,12 +39,15 @@ with workflow.unsafe.imports_passed_through():
         after_model_response,
         after_stop_hooks,
         before_model_call,
+        budget_status,
         compaction_failed,
         drain_target,
         model_request,
         on_withheld,
         prepare_request,
         thresholds,
+        token_budget,
+        token_budget_continuation,
         with_tool_results,
         withheld_terminal,
     )
@@ -196,6 +199,7 @@ class QueryWorkflow:
             ),
             context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
         )
+        budget = token_budget(cfg, inp.prompt)
         iterations = 0
         while True:
             if (
@@ -275,11 +279,18 @@ class QueryWorkflow:
                 and workflow.patched(STOP_HOOKS_PATCH)
             ):
                 hooked = await self._stop_hooks(inp, state)
+                state = hooked.state
                 if hooked.terminal is None:
-                    state = hooked.state
                     self._emit("status", "a Stop hook blocked: continuing with its feedback")
                     continue
-                return await self._finish(hooked.state, hooked.terminal, hooked.message, out.text)
+                if hooked.terminal != Terminal.COMPLETED:
+                    return await self._finish(state, hooked.terminal, hooked.message, out.text)
+            if after.terminal == Terminal.COMPLETED and budget is not None:
+                nudged = token_budget_continuation(state, budget, str(workflow.uuid4()))
+                if nudged is not None:
+                    state = nudged
+                    self._emit("status", f"continuing: {budget_status(state, budget)}")
+                    continue
             if after.terminal is not None:
                 return await self._finish(state, after.terminal, after.message, out.text)
             if not after.run_tools:

@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
+from durable_agent.engine.budget import budget_in_prompt, check_token_budget
 from durable_agent.engine.context import (
     MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES,
     TaskBudget,
@@ -108,6 +109,34 @@ def _output_limit(
         message=f"the output token limit was hit again after {MAX_OUTPUT_TOKENS_RECOVERIES} "
         "recovery attempts; the answer is incomplete",
     )
+
+
+# --- token budget continuation (analysis §7) ---------------------------------------------
+
+
+def token_budget(cfg: QueryConfig, prompt: str) -> int | None:
+    """`--token-budget`, else one written in the prompt (`+500k`, `use 2M tokens`)."""
+    return cfg.token_budget if cfg.token_budget is not None else budget_in_prompt(prompt)
+
+
+def token_budget_continuation(state: State, budget: int, new_uuid: str) -> State | None:
+    """Claude stopped on its own (and the Stop hooks let it): below 90 % of the budget, and
+    unless returns diminish, nudge it to go on; None: the prompt is complete."""
+    decision = check_token_budget(
+        state.budget_tracker, is_subagent=False, budget=budget,
+        global_turn_tokens=state.usage.output_tokens,
+    )  # fmt: skip
+    if decision.nudge is None:
+        return None
+    pending = PendingUser(uuid=new_uuid, parent_uuid=state.head_uuid, prompt=decision.nudge)
+    return state.next(
+        Transition.TOKEN_BUDGET_CONTINUATION, pending=pending, budget_tracker=decision.tracker
+    )
+
+
+def budget_status(state: State, budget: int) -> str:
+    used = state.usage.output_tokens
+    return f"token budget {round(used / budget * 100)}% used ({used:,}/{budget:,} tokens)"
 
 
 # --- context: before each call, and recovery from withheld errors -------------------------

@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from durable_agent.engine.budget import BudgetTracker
 from durable_agent.engine.messages import ToolResultBlock, Usage
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -109,6 +110,9 @@ class QueryConfig(BaseModel):
     """Results of compactable tools older than the newest N are cleared from the request..."""
     microcompact_above_tokens: int | None = None
     """...once the context is above this many tokens (default: half the window)."""
+    token_budget: int | None = Field(default=None, ge=1)
+    """Output tokens Claude should spend on a prompt: when it stops earlier (below 90 %), it is
+    told to keep working (`--token-budget`; or written in the prompt, `+500k`)."""
     task_budget: int | None = Field(default=None, ge=1)
     """Total task budget (API `output_config.task_budget`), sent from the first request;
     `remaining` is added after a compaction."""
@@ -195,6 +199,7 @@ class State(BaseModel):
     task_budget_remaining: int | None = None
     warned_context: bool = False
     stop_hook_active: bool = False
+    budget_tracker: BudgetTracker = BudgetTracker()
 
     def next(self, transition: Transition, **changes: object) -> State:
         """A new State for a `continue`, recording why. A new turn resets the once-per-turn
