@@ -16,6 +16,9 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
@@ -428,16 +431,23 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 STATUS_PATIENCE,
             )
     except TimeoutError as exc:
+        if failing := await failing_task(client, args.session_id):
+            raise CliError(failing, "the worker's log has the whole error") from exc
         raise CliError(
             f"session {args.session_id} is {_state(desc.status)} but no worker answers for it",
             worker_hint(args.session_id, desc.task_queue),
         ) from exc
     except Exception as exc:  # noqa: BLE001 — failed/terminated sessions have no status to show
+        if failing := await failing_task(client, args.session_id):
+            raise CliError(failing, "the worker's log has the whole error") from exc
         raise CliError(f"session {args.session_id} is {_state(desc.status)}: {exc}") from exc
     if args.output_format == "json":
         print(status.model_dump_json(indent=2))
         return 0
     print(f"session {status.session_id}: {_state(desc.status)}, {status.queries} prompt(s)")
+    for workflow_id in (args.session_id, status.running_query_id):
+        if workflow_id and (failing := await failing_task(client, workflow_id)):
+            print(failing)
     if status.running_query_id:
         print(f"running: {status.running_query_id}")
     if status.last_result is not None:
@@ -445,6 +455,39 @@ async def cmd_status(args: argparse.Namespace) -> int:
     if status.last_error:
         print(f"last error: {status.last_error}")
     return 0
+
+
+async def failing_task(client: Client, workflow_id: str) -> str | None:
+    """One line when the workflow's task keeps failing (a bug, or code that no longer matches
+    its history): it is not progressing, and retries until a fixed worker takes it."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+        raw = desc.raw_description
+        if not raw.HasField("pending_workflow_task") or raw.pending_workflow_task.attempt < 2:
+            return None
+        attempt = raw.pending_workflow_task.attempt
+        reverse = await client.workflow_service.get_workflow_execution_history_reverse(
+            GetWorkflowExecutionHistoryReverseRequest(
+                namespace=client.namespace,
+                execution=WorkflowExecution(workflow_id=workflow_id),
+                maximum_page_size=100,
+            )
+        )
+    except RPCError:
+        return None
+    why = next(
+        (
+            e.workflow_task_failed_event_attributes.failure.message
+            for e in reverse.history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ),
+        "",
+    )
+    first_line = why.strip().splitlines()[0] if why.strip() else "no reason recorded"
+    return (
+        f"{workflow_id}: its workflow task is failing (attempt {attempt}): {first_line} "
+        "— it is stuck until a fixed worker runs it"
+    )
 
 
 def worker_hint(session_id: str, task_queue: str) -> str:

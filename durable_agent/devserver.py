@@ -17,6 +17,10 @@ from pydantic import BaseModel
 DYNAMIC_CONFIG = [
     "history.transferProcessorMaxPollRPS=2000",
     "history.timerProcessorMaxPollRPS=2000",
+    # One partition per task queue on a one-machine server: no forwarding between partitions,
+    # and a new worker's pollers show at once (with 4, `describe` saw them after ~50 s at times).
+    "matching.numTaskqueueReadPartitions=1",
+    "matching.numTaskqueueWritePartitions=1",
 ]
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233

@@ -77,7 +77,23 @@ class _Interrupted(Exception):
     """Raised inside the loop when the user's interrupt cancelled the running step."""
 
 
-@workflow.defn(name="QueryWorkflow")
+BUG_EXCEPTION_TYPES: list[type[BaseException]] = [
+    AssertionError,
+    AttributeError,
+    LookupError,
+    NameError,
+    TypeError,
+    ValueError,  # pydantic's ValidationError too
+    ArithmeticError,
+    _Interrupted,
+]
+"""A bug in our own loop code fails the prompt (the session records it and takes the next
+one) instead of retrying its workflow task forever. Anything else, a non-determinism error
+after a bad deploy above all, keeps retrying, so that a fixed worker can carry the prompt on;
+`status` shows such a workflow."""
+
+
+@workflow.defn(name="QueryWorkflow", failure_exception_types=BUG_EXCEPTION_TYPES)
 class QueryWorkflow:
     def __init__(self) -> None:
         self._interrupted = False
