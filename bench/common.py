@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.devserver import dynamic_config_args, temporal_binary
+from durable_agent.devserver import server_args, temporal_binary
 
 
 @contextlib.asynccontextmanager
@@ -17,7 +17,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=str(temporal_binary()),
-        dev_server_extra_args=dynamic_config_args(),
+        dev_server_extra_args=server_args(),
     )
     try:
         yield env

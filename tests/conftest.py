@@ -15,7 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.transcript import TranscriptStore
-from durable_agent.devserver import dynamic_config_args
+from durable_agent.devserver import server_args
 
 BIN = Path(sysconfig.get_path("scripts"))
 
@@ -25,7 +25,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=str(BIN / "temporal"),
-        dev_server_extra_args=dynamic_config_args(),
+        dev_server_extra_args=server_args(),
     )
     yield env
     await env.shutdown()

@@ -50,7 +50,8 @@ SIDE_EFFECT_TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maxi
 """A later attempt of a tool with side effects never re-runs it: it returns the recorded result,
 or says the call was interrupted and may have partly run (run_tool's started/finished records)."""
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=20)
-STORE_TIMEOUT = timedelta(seconds=30)
+STORE_TIMEOUT = timedelta(seconds=10)
+"""Store steps take milliseconds: a worker killed inside one is noticed by this timeout."""
 
 
 def model_retry_policy(cfg: QueryConfig) -> RetryPolicy:

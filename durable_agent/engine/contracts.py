@@ -198,7 +198,7 @@ class StopHooksInput(BaseModel):
     stop_hook_active: bool
     """True when the loop already continued because of a Stop hook (hooks use it to avoid
     blocking forever)."""
-    heartbeat_seconds: float = 8.0
+    heartbeat_seconds: float = 5.0
     """Heartbeat timeout of the hook activity (a dead worker is noticed after this)."""
 
 

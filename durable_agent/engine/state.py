@@ -126,9 +126,9 @@ class QueryConfig(BaseModel):
     """Output cap of a summary (it must fit the 20k summary reserve)."""
     iterations_per_run: int = Field(default=DEFAULT_ITERATIONS_PER_RUN, ge=1)
     """Continue-as-new after this many loop iterations in one workflow run."""
-    model_heartbeat_seconds: float = 8.0
+    model_heartbeat_seconds: float = 5.0
     """Heartbeat timeout of the model activity (a dead worker is noticed after this)."""
-    tool_heartbeat_seconds: float = 8.0
+    tool_heartbeat_seconds: float = 5.0
     """Heartbeat timeout of tool and hook activities."""
     stream_idle_seconds: float = Field(default=90.0, gt=0)
     """A model stream that sends nothing for this long is a stalled attempt: closed, retried."""

@@ -20,7 +20,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from durable_agent.devserver import dynamic_config_args, free_port, port_open, temporal_binary
+from durable_agent.devserver import free_port, port_open, server_args, temporal_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ class DevServer:
         cmd = [
             str(temporal_binary()), "server", "start-dev", "--db-filename", str(self.db_path),
             "--ip", "127.0.0.1", "--port", str(self.port), "--headless", "--log-level", "error",
-            *dynamic_config_args(),
+            *server_args(),
         ]  # fmt: skip
         log = open(self.db_path.with_suffix(".log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(

@@ -68,7 +68,9 @@ async def test_worker_killed_during_env_bash_side_effect_runs_it_once(own_server
     answer = api.requests[1]["messages"][-1]["content"][0]
     assert answer["tool_use_id"] == "b1" and answer["is_error"]
     assert "interrupted" in answer["content"] and "not re-run" in answer["content"]
-    assert recovered < 15, f"took {recovered:.1f}s to recover"
+    # Takeover (issue 9: <= 10 s by default): the retry only answers "interrupted", so this is
+    # the heartbeat timeout, the retry's start and one short model call.
+    assert recovered < 10, f"took {recovered:.1f}s to recover"
     assert _leftovers(sid) == []  # the lost attempt's processes were ended at takeover
     assert not (workspace / "late").exists()
     home = Path(env["DURABLE_AGENT_HOME"])
