@@ -21,7 +21,7 @@ from activities.model import (
     read_stream,
     system_prompt,
 )
-from activities.transcript import append_pending
+from activities.transcript import append_pending, off_loop
 from durable_agent.engine.context import (
     drop_oldest,
     estimate_messages_tokens,
@@ -42,6 +42,7 @@ from durable_agent.engine.messages import (
     TranscriptEntry,
 )
 from durable_agent.engine.request import ModelRequest, build_request, request_messages
+from durable_agent.engine.state import PendingUser
 
 SUMMARY_PROMPT = """The conversation above is about to be replaced by a summary, because the \
 context window is nearly full. Write that summary now: detailed enough that you can continue the \
@@ -91,17 +92,43 @@ class CompactionActivities:
 
     @activity.defn(name="autocompact")
     async def autocompact(self, req: CompactInput) -> CompactOutput:
-        parent = req.parent_uuid
-        if req.pending is not None:
-            parent = append_pending(self.store, req.session_id, req.pending).uuid
+        parent = await off_loop(self._stored_parent, req.session_id, req.parent_uuid, req.pending)
         hook_notes = await self._pre_compact_hooks(req)
+        messages = await off_loop(self._messages_to_summarise, req, parent)
+        summary = await self._summarise(messages, req)
+        entry = await off_loop(self._store_summary, req, parent, summary)
+        post = await self._count_tokens([entry], req)
+        return CompactOutput(
+            summary_uuid=req.summary_uuid,
+            pre_tokens=req.pre_tokens,
+            post_tokens=post,
+            summary_chars=len(summary),
+            hook_notes=hook_notes,
+        )
+
+    def _stored_parent(
+        self, session_id: str, parent: str | None, pending: PendingUser | None
+    ) -> str | None:
+        """The entry the store goes on from: the pending user entry, stored first (blocking)."""
+        if pending is None:
+            return parent
+        return append_pending(self.store, session_id, pending).uuid
+
+    def _messages_to_summarise(self, req: CompactInput, parent: str | None) -> list[dict[str, Any]]:
+        """The conversation since the last boundary as the summary request shows it; the whole
+        text of results it cuts short is kept for the Read tool (blocking)."""
         chain = self.store.chain(req.session_id, parent, since_boundary=True)
         view = req.request.model_copy(
             update={"microcompact_keep": req.config.microcompact_keep_recent, "task_budget": None}
         )
         messages, overflowed = request_messages(chain, view, self._overflow(req.session_id))
         self.store.write_overflow(req.session_id, chain, overflowed)
-        summary = await self._summarise(messages, req)
+        return messages
+
+    def _store_summary(
+        self, req: CompactInput, parent: str | None, summary: str
+    ) -> TranscriptEntry:
+        """The compact boundary, then the summary after it (blocking)."""
         boundary = TranscriptEntry(
             uuid=req.boundary_uuid,
             parentUuid=parent,
@@ -111,20 +138,12 @@ class CompactionActivities:
         )
         self.store.append_entry(req.session_id, boundary)
         text = CONTINUATION.format(summary=summary)
-        entry = self.store.append(
+        return self.store.append(
             req.session_id,
             req.summary_uuid,
             req.boundary_uuid,
             Message(role="user", content=[TextBlock(text=text)]),
             isCompactSummary=True,
-        )
-        post = await self._count_tokens([entry], req)
-        return CompactOutput(
-            summary_uuid=req.summary_uuid,
-            pre_tokens=req.pre_tokens,
-            post_tokens=post,
-            summary_chars=len(summary),
-            hook_notes=hook_notes,
         )
 
     async def _pre_compact_hooks(self, req: CompactInput) -> list[str]:
@@ -188,7 +207,8 @@ class CompactionActivities:
         """The summary, read like any model answer (bounded idle time, unreadable answers named),
         heartbeating meanwhile so that an interrupt or a dead worker is noticed."""
         async with heartbeating():
-            final = await read_stream(self.model.client().messages.stream(**body), idle)
+            client = await self.model.client()
+            final = await read_stream(client.messages.stream(**body), idle)
         return "".join(b.text for b in final.content if b.type == "text")
 
     async def _count_tokens(self, chain: list[TranscriptEntry], req: CompactInput) -> int:
@@ -196,7 +216,8 @@ class CompactionActivities:
         plain = ModelRequest(model=req.request.model, max_tokens=1, prompt_caching=False)
         body, _ = build_request(chain, system_prompt(req.config), req.config.tools, plain)
         try:
-            counted = await self.model.client().messages.count_tokens(
+            client = await self.model.client()
+            counted = await client.messages.count_tokens(
                 model=body["model"],
                 system=body["system"],
                 messages=body["messages"],
@@ -208,10 +229,8 @@ class CompactionActivities:
 
     @activity.defn(name="plan_collapse")
     async def plan_collapse(self, req: PlanCollapseInput) -> PlanCollapseOutput:
-        parent = req.parent_uuid
-        if req.pending is not None:
-            parent = append_pending(self.store, req.session_id, req.pending).uuid
-        chain = self.store.chain(req.session_id, parent, since_boundary=True)
+        parent = await off_loop(self._stored_parent, req.session_id, req.parent_uuid, req.pending)
+        chain = await off_loop(self.store.chain, req.session_id, parent, since_boundary=True)
         messages, _ = request_messages(chain, req.request, self._overflow(req.session_id))
         return PlanCollapseOutput(tool_use_ids=plan_collapse(messages, req.target_tokens, []))
 

@@ -28,7 +28,7 @@ from activities.tools.environment import (
     session_tag_prefix,
     tool_environment,
 )
-from activities.transcript import write_file_atomic
+from activities.transcript import off_loop, write_file_atomic
 from durable_agent.engine.contracts import StopHooksInput, StopHooksOutput
 
 DEFAULT_TIMEOUT_SECONDS = 60
@@ -103,16 +103,20 @@ async def run_hooks(
     body = json.dumps({"hook_event_name": event, "cwd": str(workspace), **payload}).encode()
     key = _ledger_key(event) if ledger is not None else None
     async with heartbeating():
-        for index, hook in enumerate(load_hooks(event, target, workspace)):
+        hooks = await off_loop(load_hooks, event, target, workspace)
+        for index, hook in enumerate(hooks):
             record = ledger / f"{key}-{index}" if ledger is not None and key else None
-            outcome = _recorded(record, hook, payload) if record is not None else None
+            outcome = None
+            if record is not None:
+                outcome = await off_loop(_recorded, record, hook, payload)
             if outcome is None:
                 if record is not None:
-                    write_file_atomic(record.with_suffix(".started"), hook.command)
+                    await off_loop(write_file_atomic, record.with_suffix(".started"), hook.command)
                 tag = _tag(record, payload) if record is not None else None
                 outcome = await _run_one(hook, body, workspace, tag)
                 if record is not None:
-                    write_file_atomic(record.with_suffix(".json"), outcome.model_dump_json())
+                    done = outcome.model_dump_json()
+                    await off_loop(write_file_atomic, record.with_suffix(".json"), done)
             outcomes.append(outcome)
     return outcomes
 

@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.credentials import Credentials, CredentialsError
 from activities.heartbeat import heartbeating
-from activities.transcript import StoreError, TranscriptStore, append_pending
+from activities.transcript import StoreError, TranscriptStore, append_pending, off_loop
 from durable_agent import telemetry
 from durable_agent.engine.contracts import (
     CallModelInput,
@@ -286,17 +286,22 @@ class ModelActivities:
         self.temporal = temporal
         self.jitter = jitter
         self._client: anthropic.AsyncAnthropic | None = None
+        self._client_lock = asyncio.Lock()
+        """One key look-up at a time: concurrent calls share the client one of them built."""
         self._keepalive = True
         self._received: dict[tuple[str, str], anthropic.types.Message] = {}
         """Answers streamed but not yet stored: a retry stores them without calling the API."""
 
-    def client(self, refresh_key: bool = False) -> anthropic.AsyncAnthropic:
-        if self._client is None or refresh_key:
-            key = self.credentials.api_key(refresh=refresh_key)
-            self._client = self.client_factory(
-                ClientOptions(api_key=key, keepalive=self._keepalive)
-            )
-        return self._client
+    async def client(self, refresh_key: bool = False) -> anthropic.AsyncAnthropic:
+        """The client, built with the current key (settings read, `apiKeyHelper` run off the
+        event loop) when there is none yet or the key must be refreshed."""
+        async with self._client_lock:
+            if self._client is None or refresh_key:
+                key = await off_loop(self.credentials.api_key, refresh=refresh_key)
+                self._client = self.client_factory(
+                    ClientOptions(api_key=key, keepalive=self._keepalive)
+                )
+            return self._client
 
     @activity.defn(name="call_model")
     async def call_model(self, req: CallModelInput) -> CallModelOutput:
@@ -315,18 +320,7 @@ class ModelActivities:
         track = RetryTrack()
         if info.heartbeat_details:
             track = RetryTrack.model_validate(info.heartbeat_details[0])
-        parent = req.parent_uuid
-        if req.new_user is not None:
-            parent = append_pending(self.store, req.session_id, req.new_user).uuid
-        chain = self.store.chain(req.session_id, parent, since_boundary=True)
-        request, overflowed = build_request(
-            chain,
-            system_prompt(req.config),
-            req.config.tools,
-            req.request,
-            lambda tool_use_id: str(self.store.overflow_path(req.session_id, tool_use_id)),
-        )
-        self.store.write_overflow(req.session_id, chain, overflowed)
+        parent, request = await off_loop(self._prepare, req)
         with telemetry.tracer().start_as_current_span(
             f"chat {req.request.model}", kind=SpanKind.CLIENT
         ) as span:
@@ -341,6 +335,23 @@ class ModelActivities:
                 }
             )
             return await self._call(req, request, parent, track, span)
+
+    def _prepare(self, req: CallModelInput) -> tuple[str | None, dict[str, Any]]:
+        """Store the new user entry, read the chain, build the request and keep the whole text
+        of results it shows cut short: the parent of the answer and the request (blocking)."""
+        parent = req.parent_uuid
+        if req.new_user is not None:
+            parent = append_pending(self.store, req.session_id, req.new_user).uuid
+        chain = self.store.chain(req.session_id, parent, since_boundary=True)
+        request, overflowed = build_request(
+            chain,
+            system_prompt(req.config),
+            req.config.tools,
+            req.request,
+            lambda tool_use_id: str(self.store.overflow_path(req.session_id, tool_use_id)),
+        )
+        self.store.write_overflow(req.session_id, chain, overflowed)
+        return parent, request
 
     async def _call(
         self,
@@ -392,7 +403,7 @@ class ModelActivities:
         )
         self._received[key] = final
         try:
-            self.store.append(req.session_id, req.assistant_uuid, parent, message)
+            await off_loop(self.store.append, req.session_id, req.assistant_uuid, parent, message)
         except OSError as exc:
             raise StoreError(str(exc)) from exc
         del self._received[key]
@@ -418,7 +429,7 @@ class ModelActivities:
         info = activity.info()
         if self.temporal is None or info.workflow_id is None:
             return
-        self.store.put_early_tool_use(req.session_id, req.assistant_uuid, block)
+        await off_loop(self.store.put_early_tool_use, req.session_id, req.assistant_uuid, block)
         ready = ToolReady(
             call_id=req.assistant_uuid,
             attempt=info.attempt,
@@ -446,7 +457,8 @@ class ModelActivities:
                     )
 
         async with heartbeating(details):
-            body = self.client(refresh_key=refresh).messages.stream(**request)
+            client = await self.client(refresh_key=refresh)
+            body = client.messages.stream(**request)
             return await read_stream(body, idle, on_event)
 
     def _decide(self, exc: BaseException, req: CallModelInput, track: RetryTrack) -> ErrorDecision:

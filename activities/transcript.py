@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import json
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from temporalio import activity
 
@@ -28,6 +30,26 @@ from durable_agent.engine.messages import (
 from durable_agent.engine.state import PendingUser
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def off_loop(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)`, a blocking step (the store's file I/O, a subprocess, /proc), run
+    in a worker thread: the event loop, with the heartbeats and every other activity of this
+    worker, goes on meanwhile.
+
+    Like the synchronous call it replaces, the step is never cut short: a cancellation waits
+    for it to end (a store write is whole before the activity ends), then propagates."""
+    future = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait([future])
+        if not future.cancelled():
+            future.exception()  # retrieved: the caller sees the cancellation
+        raise
 
 
 class TranscriptError(Exception):
@@ -103,8 +125,10 @@ class TranscriptStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         # Parsed entries per transcript file, read on from where the last read stopped: the
-        # file only grows, and a model call reads it several times.
+        # file only grows, and a model call reads it several times. Activities call the store
+        # from worker threads (`off_loop`), so the cache is read and updated under a lock.
         self._cache: dict[Path, _Parsed] = {}
+        self._cache_lock = threading.Lock()
 
     def transcript_path(self, session_id: str) -> Path:
         return self.root / "sessions" / f"{_SAFE_ID.sub('_', session_id)}.jsonl"
@@ -128,7 +152,10 @@ class TranscriptStore:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def entries(self, session_id: str) -> dict[str, TranscriptEntry]:
-        path = self.transcript_path(session_id)
+        with self._cache_lock:
+            return self._entries(self.transcript_path(session_id))
+
+    def _entries(self, path: Path) -> dict[str, TranscriptEntry]:
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -334,7 +361,8 @@ class StoreActivities:
 
     @activity.defn(name="append_entry")
     async def append_entry(self, req: AppendEntryInput) -> AppendEntryOutput:
-        return AppendEntryOutput(uuid=append_pending(self.store, req.session_id, req.entry).uuid)
+        entry = await off_loop(append_pending, self.store, req.session_id, req.entry)
+        return AppendEntryOutput(uuid=entry.uuid)
 
     @activity.defn(name="transcript_location")
     async def transcript_location(self, session_id: str) -> str:

@@ -6,9 +6,11 @@ import asyncio
 import os
 import signal
 import tempfile
+from typing import IO
 
 from activities.tools.base import MAX_OUTPUT_CHARS, ToolOutput, Workspace
 from activities.tools.environment import tool_environment
+from activities.transcript import off_loop
 from durable_agent.engine.tools import BashInput
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -50,11 +52,20 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         pass
 
 
+def _output_text(out: IO[bytes]) -> str:
+    """What the command wrote, head and tail kept when long (blocking: reads the file)."""
+    buffer = _HeadTail(_KEEP)
+    out.seek(0)
+    while chunk := out.read(65536):
+        buffer.feed(chunk)
+    return buffer.text().rstrip("\n")
+
+
 async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
     timeout = (args.timeout or DEFAULT_TIMEOUT_MS) / 1000
     # Output goes to a file, not a pipe: the call ends when the shell exits, even when a
     # background job (`sleep 1000 &`) keeps the output open.
-    with tempfile.TemporaryFile() as out:
+    with await off_loop(tempfile.TemporaryFile) as out:
         proc = await asyncio.create_subprocess_exec(
             "bash",
             "-c",
@@ -76,11 +87,7 @@ async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
         except BaseException:
             _kill_group(proc)  # cancelled: the activity was cancelled or the worker is stopping
             raise
-        buffer = _HeadTail(_KEEP)
-        out.seek(0)
-        while chunk := out.read(65536):
-            buffer.feed(chunk)
-    output = buffer.text().rstrip("\n")
+        output = await off_loop(_output_text, out)
     if timed_out:
         return ToolOutput(f"{output}\n\nCommand timed out after {timeout:g}s and was killed.", True)
     code = proc.returncode

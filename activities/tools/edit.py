@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from activities.tools.base import ToolError, ToolOutput, Workspace
+from activities.transcript import off_loop
 from durable_agent.engine.tools import EditInput
 
 
 async def run_edit(args: EditInput, ws: Workspace) -> ToolOutput:
+    return await off_loop(_edit, args, ws)
+
+
+def _edit(args: EditInput, ws: Workspace) -> ToolOutput:
     path = ws.resolve(args.file_path)
     if args.old_string == args.new_string:
         raise ToolError("old_string and new_string are the same; nothing to change")

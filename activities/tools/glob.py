@@ -5,12 +5,17 @@ from __future__ import annotations
 import stat
 
 from activities.tools.base import ToolError, ToolOutput, Workspace
+from activities.transcript import off_loop
 from durable_agent.engine.tools import GlobInput
 
 MAX_FILES = 100
 
 
 async def run_glob(args: GlobInput, ws: Workspace) -> ToolOutput:
+    return await off_loop(_glob, args, ws)
+
+
+def _glob(args: GlobInput, ws: Workspace) -> ToolOutput:
     base = ws.resolve(args.path) if args.path else ws.root
     if not base.is_dir():
         raise ToolError(f"{args.path} is not a directory")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.tools.base import ToolError, ToolOutput, Workspace, truncate
+from activities.transcript import off_loop
 from durable_agent.engine.tools import GrepInput
 
 TYPE_GLOBS = {
@@ -67,6 +68,22 @@ def _limit(lines: list[str], head_limit: int | None) -> list[str]:
 
 
 async def run_grep(args: GrepInput, ws: Workspace) -> ToolOutput:
+    target, regex, rg = await off_loop(_checked, args, ws)
+    before = args.before if args.before is not None else (args.context or 0)
+    after = args.after if args.after is not None else (args.context or 0)
+    if rg:
+        found = await _ripgrep(rg, args, before, after, target, ws)
+    else:
+        found = await off_loop(_python_grep, regex, args, before, after, target, ws)
+    lines = _render(found, args.output_mode, args.line_numbers, context=before > 0 or after > 0)
+    if not lines:
+        return ToolOutput("No matches found")
+    return ToolOutput(truncate("\n".join(_limit(lines, args.head_limit))))
+
+
+def _checked(args: GrepInput, ws: Workspace) -> tuple[Path, re.Pattern[str], str | None]:
+    """The path to search, the compiled pattern and ripgrep's path (None: the fallback), or
+    the ToolError that says what is wrong with the input (blocking: stats the path)."""
     target = ws.resolve(args.path) if args.path else ws.root
     if not target.exists():
         raise ToolError(f"Path does not exist: {args.path}")
@@ -79,16 +96,7 @@ async def run_grep(args: GrepInput, ws: Workspace) -> ToolOutput:
     rg = _rg_path()
     if args.type and args.type not in TYPE_GLOBS and not rg:
         raise ToolError(f"unknown file type {args.type!r}; known: {', '.join(sorted(TYPE_GLOBS))}")
-    before = args.before if args.before is not None else (args.context or 0)
-    after = args.after if args.after is not None else (args.context or 0)
-    if rg:
-        found = await _ripgrep(rg, args, before, after, target, ws)
-    else:
-        found = _python_grep(regex, args, before, after, target, ws)
-    lines = _render(found, args.output_mode, args.line_numbers, context=before > 0 or after > 0)
-    if not lines:
-        return ToolOutput("No matches found")
-    return ToolOutput(truncate("\n".join(_limit(lines, args.head_limit))))
+    return target, regex, rg
 
 
 def _render(found: list[_Found], mode: str, line_numbers: bool, context: bool) -> list[str]:
@@ -139,6 +147,11 @@ async def _ripgrep(
     # Exit 2 with a silent stderr means only some files could not be read.
     if proc.returncode not in (0, 1) and (err.strip() or proc.returncode != 2):
         raise ToolError(f"grep failed: {err.decode(errors='replace').strip()}")
+    return await off_loop(_rg_findings, out, args, ws)
+
+
+def _rg_findings(out: bytes, args: GrepInput, ws: Workspace) -> list[_Found]:
+    """ripgrep's output as findings, each file checked by real location (blocking)."""
     found: dict[str, _Found] = {}
     inside: dict[str, bool] = {}
 

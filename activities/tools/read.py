@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from activities.tools.base import ToolError, ToolOutput, Workspace, truncate
+from activities.transcript import off_loop
 from durable_agent.engine.tools import ReadInput
 
 DEFAULT_LIMIT = 2000
@@ -11,6 +12,10 @@ MAX_READ_CHARS = 100_000
 
 
 async def run_read(args: ReadInput, ws: Workspace) -> ToolOutput:
+    return await off_loop(_read, args, ws)
+
+
+def _read(args: ReadInput, ws: Workspace) -> ToolOutput:
     path = ws.resolve_readable(args.file_path)
     if not path.exists():
         raise ToolError(f"File does not exist: {ws.display(path)}")

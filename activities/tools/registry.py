@@ -21,7 +21,7 @@ from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
 from activities.tools.read import run_read
 from activities.tools.write import run_write
-from activities.transcript import StoreError, TranscriptError, TranscriptStore
+from activities.transcript import StoreError, TranscriptError, TranscriptStore, off_loop
 from durable_agent import telemetry
 from durable_agent.devserver import pid_alive
 from durable_agent.engine.contracts import (
@@ -66,7 +66,7 @@ async def execute_tool(
     except ValidationError as exc:
         return ToolOutput(_validation_message(name, exc), is_error=True)
     try:
-        return await impl(args, Workspace.open(workspace, read_roots))
+        return await impl(args, await off_loop(Workspace.open, workspace, read_roots))
     except ToolError as exc:
         return ToolOutput(str(exc), is_error=True)
     except asyncio.CancelledError:
@@ -103,11 +103,13 @@ class ToolActivities:
 
     @activity.defn(name="run_tool")
     async def run_tool(self, req: RunToolInput) -> RunToolOutput:
-        recorded = self.store.get_tool_result(req.session_id, req.tool_use_id, req.run_id)
+        recorded = await off_loop(self._recorded_result, req)
         if recorded is not None:  # an earlier attempt finished; its completion was lost
             return _output(req, recorded)
         try:
-            block = self.store.tool_use(req.session_id, req.assistant_uuid, req.tool_use_id)
+            block = await off_loop(
+                self.store.tool_use, req.session_id, req.assistant_uuid, req.tool_use_id
+            )
         except TranscriptError as exc:
             output = ToolOutput(f"tool call could not be loaded: {exc}", is_error=True)
         else:
@@ -119,7 +121,7 @@ class ToolActivities:
             tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
         )
         try:
-            self.store.put_tool_result(req.session_id, result, req.run_id)
+            await off_loop(self.store.put_tool_result, req.session_id, result, req.run_id)
         except StoreError:
             # The tool ran: its result must reach the model even if the store cannot hold it.
             return _output(req, result, inline=True)
@@ -129,7 +131,7 @@ class ToolActivities:
     async def end_session_processes(self, req: EndProcessesInput) -> EndProcessesOutput:
         """End what the session's tools left running on this machine (`nohup … &` daemons,
         background jobs): every process whose environment carries one of its run tags."""
-        killed = kill_tagged(session_tag_prefix(req.session_id), prefix=True)
+        killed = await off_loop(kill_tagged, session_tag_prefix(req.session_id), prefix=True)
         if killed:
             activity.logger.info("ended %d process(es) of session %s", killed, req.session_id)
         return EndProcessesOutput(killed=killed)
@@ -143,16 +145,16 @@ class ToolActivities:
         spec = TOOL_SPECS.get(block.name)
         side_effect = spec is None or not spec.is_read_only(block.input)
         if side_effect:
-            started = self.store.tool_started(req.session_id, req.tool_use_id, req.run_id)
+            started = await off_loop(
+                self.store.tool_started, req.session_id, req.tool_use_id, req.run_id
+            )
             if started is not None:
                 finished = await self._await_live_owner(req, started)
                 if finished is not None:
                     return finished
-                kill_tagged(_run_tag(req))  # what the lost attempt left running
+                await off_loop(kill_tagged, _run_tag(req))  # what the lost attempt left running
                 return ToolOutput(INTERRUPTED_TEXT, is_error=True)
-            self.store.mark_tool_started(
-                req.session_id, req.tool_use_id, req.run_id, _owner_record()
-            )
+            await off_loop(self._mark_started, req)
         span_name = f"execute_tool {block.name}"
         with telemetry.tracer().start_as_current_span(span_name) as span:
             span.set_attributes(
@@ -167,18 +169,27 @@ class ToolActivities:
             span.set_attribute("durable_agent.tool.is_error", output.is_error)
         return output
 
+    def _recorded_result(self, req: RunToolInput) -> ToolResultBlock | None:
+        """This execution's stored result, if an attempt recorded one (blocking)."""
+        return self.store.get_tool_result(req.session_id, req.tool_use_id, req.run_id)
+
+    def _mark_started(self, req: RunToolInput) -> None:
+        """Record this process as the one about to run the execution (blocking)."""
+        record = _owner_record()
+        self.store.mark_tool_started(req.session_id, req.tool_use_id, req.run_id, record)
+
     async def _await_live_owner(
         self, req: RunToolInput, started: dict[str, Any]
     ) -> ToolResultBlock | None:
         """An earlier attempt whose process is still alive on this host (the server lost track of
         it, the worker did not die) may still finish: wait for its result while it lives."""
         async with heartbeating():
-            while _owner_alive(started):
+            while await off_loop(_owner_alive, started):
                 await asyncio.sleep(0.2)
-                found = self.store.get_tool_result(req.session_id, req.tool_use_id, req.run_id)
+                found = await off_loop(self._recorded_result, req)
                 if found is not None:
                     return found
-        return self.store.get_tool_result(req.session_id, req.tool_use_id, req.run_id)
+        return await off_loop(self._recorded_result, req)
 
 
 INTERRUPTED_TEXT = (
