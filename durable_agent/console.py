@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from durable_agent.engine.state import ProgressEvent, QueryResult, Terminal
+from durable_agent.engine.state import ProgressEvent, ProgressKind, QueryResult, Terminal
 
 FORMATS = ("text", "json", "stream-json")
 
@@ -36,14 +36,14 @@ class Console:
         if self.format == "stream-json":
             print(json.dumps({"type": event.kind, **event.model_dump()}), file=self.out, flush=True)
         elif self.format == "text":
-            if event.kind == "text":
+            if event.kind == ProgressKind.TEXT:
                 print(event.text, file=self.out, flush=True)
-            elif event.kind == "tool_call":
+            elif event.kind == ProgressKind.TOOL_CALL:
                 print(f"  ⏺ {event.text}", file=self.err, flush=True)
-            elif event.kind == "tool_result":
+            elif event.kind == ProgressKind.TOOL_RESULT:
                 mark = "✗" if event.is_error else "⎿"
                 print(f"    {mark} {event.text}", file=self.err, flush=True)
-            elif event.kind == "status":
+            elif event.kind == ProgressKind.STATUS:
                 print(f"  · {event.text}", file=self.err, flush=True)
 
     def spin(self, what: str) -> None:

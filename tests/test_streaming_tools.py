@@ -60,7 +60,7 @@ async def test_a_safe_tool_starts_while_the_model_streams(ts_env, task_queue):
     assert model_start < tool_start and tool_end < model_end  # ran entirely inside the stream
     ref = refs(fakes)[0]
     assert ref.tool_use_id == "r1" and ref.inline is None and ref.run_id == fakes.runs[0][1]
-    kinds = [(e.kind, e.text) for e in events]
+    kinds = [(str(e.kind), e.text) for e in events]
     # phase 1: the result was collected while the stream ran, before the message was complete
     assert kinds.index(("tool_result", "Read: r1 → ran Read")) < kinds.index(("text", "looking"))
 

@@ -12,7 +12,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import RunToolOutput, ToolCall
     from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
-    from durable_agent.engine.state import ToolResultRef
+    from durable_agent.engine.state import ProgressKind, ToolResultRef
     from durable_agent.engine.tools import partition_tool_calls
 
 from workflows.failures import tool_failure
@@ -22,7 +22,7 @@ from workflows.streaming_tools import INTERRUPTED_TOOL, NOT_RUN_TOOL
 async def run_tool_batches(
     calls: list[ToolCall],
     run: Callable[[ToolCall], Awaitable[RunToolOutput]],
-    emit: Callable[[str, str, bool], None],
+    emit: Callable[[ProgressKind, str, bool], None],
     interrupted: Callable[[], bool],
     limit: int,
 ) -> tuple[list[ToolResultRef], list[int]]:
@@ -40,10 +40,10 @@ async def run_tool_batches(
             if interrupted():
                 return
             started.add(call.id)
-            emit("tool_call", call.summary, False)
+            emit(ProgressKind.TOOL_CALL, call.summary, False)
             done = await run(call)
             outputs[call.id] = done
-            emit("tool_result", f"{call.summary} → {done.preview}", done.is_error)
+            emit(ProgressKind.TOOL_RESULT, f"{call.summary} → {done.preview}", done.is_error)
 
     for batch in partition_tool_calls(blocks, lambda b: by_id[b.id].concurrency_safe):
         if interrupted():
@@ -62,7 +62,7 @@ async def run_tool_batches(
             refs.append(ToolResultRef(tool_use_id=call.id, inline=outputs[call.id].inline))
             continue
         text = failed.get(call.id) or (INTERRUPTED_TOOL if call.id in started else NOT_RUN_TOOL)
-        emit("tool_result", f"{call.summary} → {text}", True)
+        emit(ProgressKind.TOOL_RESULT, f"{call.summary} → {text}", True)
         inline = ToolResultBlock(tool_use_id=call.id, content=text, is_error=True)
         refs.append(ToolResultRef(tool_use_id=call.id, inline=inline))
     return refs, [o.content_chars for o in outputs.values()]

@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.state import (
         PendingUser,
         ProgressEvent,
+        ProgressKind,
         QueryConfig,
         QueryResult,
         State,
@@ -147,7 +148,7 @@ class QueryWorkflow:
             )
             return steps.run_tool(req, cfg, call.summary, call.read_only)
 
-        def emit(kind: str, text: str, is_error: bool) -> None:
+        def emit(kind: ProgressKind, text: str, is_error: bool) -> None:
             self._emit(kind, text, is_error)
 
         return StreamingToolExecutor(run, emit, tool_failure, cfg.tool_concurrency, cfg.eager_tools)
@@ -170,7 +171,11 @@ class QueryWorkflow:
         workflow.set_current_details(
             f"{notice.error_type}, attempt {notice.attempt}{wait}: {notice.message}"
         )
-        self._emit("status", f"{notice.error_type} (attempt {notice.attempt}){wait}", is_error=True)
+        self._emit(
+            ProgressKind.STATUS,
+            f"{notice.error_type} (attempt {notice.attempt}){wait}",
+            is_error=True,
+        )
 
     @workflow.query
     def progress(self, since: int = 0) -> list[ProgressEvent]:
@@ -180,7 +185,7 @@ class QueryWorkflow:
     def phase(self) -> str:
         return self._phase
 
-    def _emit(self, kind: str, text: str, is_error: bool = False) -> None:
+    def _emit(self, kind: ProgressKind, text: str, is_error: bool = False) -> None:
         """Record a progress event; indices run on across continue-as-new."""
         self._events.append(
             ProgressEvent(index=self._next_event, kind=kind, text=text, is_error=is_error)
@@ -266,7 +271,7 @@ class QueryWorkflow:
                 if error_type(exc) == FALLBACK_TRIGGERED and cfg.fallback_model and not state.model:
                     # Same request (the pending entry is stored idempotently), other model.
                     self._emit(
-                        "status",
+                        ProgressKind.STATUS,
                         f"{request.model} stays overloaded; switching to {cfg.fallback_model}",
                     )
                     state = after_fallback(state, cfg.fallback_model)
@@ -288,7 +293,7 @@ class QueryWorkflow:
                 state = recovered
                 continue
             if out.text:
-                self._emit("text", out.text)
+                self._emit(ProgressKind.TEXT, out.text)
             if (
                 after.terminal == Terminal.COMPLETED
                 and cfg.stop_hooks
@@ -297,7 +302,9 @@ class QueryWorkflow:
                 hooked = await self._stop_hooks(inp, state)
                 state = hooked.state
                 if hooked.terminal is None:
-                    self._emit("status", "a Stop hook blocked: continuing with its feedback")
+                    self._emit(
+                        ProgressKind.STATUS, "a Stop hook blocked: continuing with its feedback"
+                    )
                     continue
                 if hooked.terminal != Terminal.COMPLETED:
                     return await self._finish(state, hooked.terminal, hooked.message, out.text)
@@ -305,7 +312,7 @@ class QueryWorkflow:
                 nudged = token_budget_continuation(state, budget, str(workflow.uuid4()))
                 if nudged is not None:
                     state = nudged
-                    self._emit("status", f"continuing: {budget_status(state, budget)}")
+                    self._emit(ProgressKind.STATUS, f"continuing: {budget_status(state, budget)}")
                     continue
             if after.terminal is not None:
                 return await self._finish(state, after.terminal, after.message, out.text)
@@ -314,7 +321,7 @@ class QueryWorkflow:
                     message = f"reached the maximum of {cfg.max_turns} turns"
                     return await self._finish(state, Terminal.MAX_TURNS, message)
                 if state.transition is not None:
-                    self._emit("status", f"continuing: {state.transition.value}")
+                    self._emit(ProgressKind.STATUS, f"continuing: {state.transition.value}")
                 continue
 
             # run the tools
@@ -348,7 +355,9 @@ class QueryWorkflow:
         except _Interrupted:
             return AfterStopHooks(state=state, terminal=Terminal.COMPLETED)
         except ActivityError as exc:
-            self._emit("status", f"Stop hooks did not run: {error_text(exc)}", is_error=True)
+            self._emit(
+                ProgressKind.STATUS, f"Stop hooks did not run: {error_text(exc)}", is_error=True
+            )
             return AfterStopHooks(state=state, terminal=Terminal.COMPLETED)
         return after_stop_hooks(
             state,
@@ -371,7 +380,9 @@ class QueryWorkflow:
             return await self._finish(state, Terminal.BLOCKING_LIMIT, message)
         if action == PreCall.WARN:
             window = thresholds(state, cfg).window
-            self._emit("status", f"context is {state.context_tokens:,} of {window:,} tokens")
+            self._emit(
+                ProgressKind.STATUS, f"context is {state.context_tokens:,} of {window:,} tokens"
+            )
             return state.model_copy(update={"warned_context": True})
         if action == PreCall.AUTOCOMPACT:
             compacted = await self._compact(inp, state, reactive=False)
@@ -401,12 +412,14 @@ class QueryWorkflow:
                 )
             )
         except ActivityError as exc:
-            self._emit("status", f"{trigger} compact failed: {error_text(exc)}", is_error=True)
+            self._emit(
+                ProgressKind.STATUS, f"{trigger} compact failed: {error_text(exc)}", is_error=True
+            )
             return None
         for note in out.hook_notes:
-            self._emit("status", note, is_error=True)
+            self._emit(ProgressKind.STATUS, note, is_error=True)
         self._emit(
-            "status",
+            ProgressKind.STATUS,
             f"compacted the conversation ({trigger}): {out.pre_tokens:,} → {out.post_tokens:,} tokens",
         )
         return after_compaction(
@@ -437,7 +450,10 @@ class QueryWorkflow:
                 )
             )
             if planned.tool_use_ids:
-                self._emit("status", f"cleared {len(planned.tool_use_ids)} large old tool results")
+                self._emit(
+                    ProgressKind.STATUS,
+                    f"cleared {len(planned.tool_use_ids)} large old tool results",
+                )
                 return state.next(
                     Transition.COLLAPSE_DRAIN_RETRY,
                     collapse_drained=True,
@@ -451,7 +467,9 @@ class QueryWorkflow:
                 return compacted
             state = state.model_copy(update={"has_attempted_reactive_compact": True})
         if recovery == Recovery.STRIP_IMAGES:
-            self._emit("status", "the request's images were too large; retrying without them")
+            self._emit(
+                ProgressKind.STATUS, "the request's images were too large; retrying without them"
+            )
             return state.next(Transition.REACTIVE_COMPACT_RETRY, strip_images=True)
         return await self._finish(state, withheld_terminal(withheld), withheld.message)
 
@@ -502,7 +520,7 @@ class QueryWorkflow:
             )
             state = state.model_copy(update={"head_uuid": stored.uuid, "pending": None})
         if message:
-            self._emit("status", message, is_error=terminal != Terminal.COMPLETED)
+            self._emit(ProgressKind.STATUS, message, is_error=terminal != Terminal.COMPLETED)
         return self._result(state, terminal, message=message, final_text=final_text)
 
     def _result(

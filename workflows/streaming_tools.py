@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import RunToolOutput, ToolCall
     from durable_agent.engine.messages import ToolResultBlock
-    from durable_agent.engine.state import EagerTools, ToolResultRef
+    from durable_agent.engine.state import EagerTools, ProgressKind, ToolResultRef
 
 INTERRUPTED_TOOL = "Interrupted by user: this tool call was cancelled and may have partly run."
 NOT_RUN_TOOL = "Interrupted by user before this tool call ran; it did not run."
@@ -35,7 +35,7 @@ class ToolStatus(StrEnum):
 
 
 Runner = Callable[[ToolCall, str], Awaitable[RunToolOutput]]
-Emit = Callable[[str, str, bool], None]
+Emit = Callable[[ProgressKind, str, bool], None]
 Failure = Callable[[ActivityError, ToolCall], str]
 
 
@@ -104,7 +104,7 @@ class StreamingToolExecutor:
     def _start(self, tool: TrackedTool) -> None:
         tool.status = ToolStatus.EXECUTING
         tool.run_id = str(workflow.uuid4())
-        self._emit("tool_call", tool.call.summary, False)
+        self._emit(ProgressKind.TOOL_CALL, tool.call.summary, False)
         tool.task = asyncio.create_task(self._execute(tool))
 
     async def _execute(self, tool: TrackedTool) -> None:
@@ -134,7 +134,7 @@ class StreamingToolExecutor:
     def _yield_completed(self) -> None:
         for done in self.completed_results():
             preview = done.error or (done.output.preview if done.output else "")
-            self._emit("tool_result", f"{done.call.summary} → {preview}", _failed(done))
+            self._emit(ProgressKind.TOOL_RESULT, f"{done.call.summary} → {preview}", _failed(done))
 
     def _abort_siblings(self, failed: TrackedTool) -> None:
         """A failed Bash cancels the tools running beside it, not the turn."""
@@ -215,7 +215,7 @@ class StreamingToolExecutor:
                 text = tool.error
             else:
                 text = NOT_RUN_TOOL
-                self._emit("tool_result", f"{call.summary} → {text}", True)
+                self._emit(ProgressKind.TOOL_RESULT, f"{call.summary} → {text}", True)
             inline = ToolResultBlock(tool_use_id=call.id, content=text, is_error=True)
             refs.append(ToolResultRef(tool_use_id=call.id, inline=inline))
         return refs, sizes

@@ -221,11 +221,18 @@ class State(BaseModel):
         return self.model_copy(update={**update, **changes})
 
 
+class ProgressKind(StrEnum):
+    TEXT = "text"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    STATUS = "status"
+
+
 class ProgressEvent(BaseModel):
     """What the CLI shows while a query runs."""
 
     index: int
-    kind: str  # "text" | "tool_call" | "tool_result" | "status"
+    kind: ProgressKind
     text: str
     is_error: bool = False
 
