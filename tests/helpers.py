@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import anthropic
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from activities.model import ClientOptions, ModelActivities
 from activities.transcript import TranscriptStore
@@ -37,23 +38,43 @@ async def run_session(
     jitter: float | None = None,
     **config: object,
 ) -> tuple[str, SessionStatus]:
-    session_id = f"test-{uuid.uuid4()}"
-    cfg = QueryConfig.model_validate({"workspace": str(workspace), **config})
     factory = replay_client_factory(server)
     model = None
     if jitter is not None:
         model = ModelActivities(store, factory, temporal=client, jitter=lambda: jitter)
     async with build_worker(client, task_queue, store, factory, model=model):
-        status = await client.execute_workflow(
-            SessionWorkflow.run,
-            SessionInput(
-                session_id=session_id, config=cfg, initial_prompt=prompt, close_when_idle=True
-            ),
-            id=session_id,
-            task_queue=task_queue,
+        session_id, handle = await start_session(
+            client, workspace, task_queue, prompt, config=config
         )
+        status = await handle.result()
     await record_histories(client, session_id)
     return session_id, status
+
+
+async def start_session(
+    client: Client,
+    workspace: Path,
+    task_queue: str,
+    prompt: str = "go",
+    close_when_idle: bool = True,
+    prefix: str = "test",
+    config: Mapping[str, object] | None = None,
+) -> tuple[str, WorkflowHandle[SessionWorkflow, SessionStatus]]:
+    """A session for `workspace` on `task_queue`, started with `prompt`; with
+    `close_when_idle` it ends once that prompt is answered."""
+    session_id = f"{prefix}-{uuid.uuid4()}"
+    handle = await client.start_workflow(
+        SessionWorkflow.run,
+        SessionInput(
+            session_id=session_id,
+            config=QueryConfig.model_validate({"workspace": str(workspace), **(config or {})}),
+            initial_prompt=prompt,
+            close_when_idle=close_when_idle,
+        ),
+        id=session_id,
+        task_queue=task_queue,
+    )
+    return session_id, handle
 
 
 HISTORIES = Path(__file__).parent / "histories"

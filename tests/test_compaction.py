@@ -3,18 +3,16 @@
 import asyncio
 import json
 import time
-import uuid
 
 import pytest
 
 from durable_agent.engine.context import CLEARED_MARKER
-from durable_agent.engine.contracts import SessionInput
-from durable_agent.engine.state import QueryConfig, Terminal, Transition
+from durable_agent.engine.state import Terminal, Transition
 from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
 from durable_agent.replay.cassette import message
 from durable_agent.wiring import build_worker
 from tests.faults.harness import transcript_problems
-from tests.helpers import replay_client_factory, run_session
+from tests.helpers import replay_client_factory, run_session, start_session
 from workflows.session import SessionWorkflow
 
 SUMMARY = "<summary>1. Request and intent: list files. 7. Next step: finish.</summary>"
@@ -253,20 +251,11 @@ async def test_an_interrupt_during_compaction_ends_the_prompt_in_seconds(
     (workspace / "a.txt").write_text("a")
     first = glob(1, input_tokens=168_000) if trigger == "auto" else ptl()
     script = Script([first, text_turn("never sent")], summaries=[slow_summary()])
-    sid = f"test-{uuid.uuid4()}"
     with ReplayServer(script) as server:
         factory = replay_client_factory(server)
         async with build_worker(ts_env.client, task_queue, store, factory):
-            handle = await ts_env.client.start_workflow(
-                SessionWorkflow.run,
-                SessionInput(
-                    session_id=sid,
-                    config=QueryConfig(workspace=str(workspace)),
-                    initial_prompt="list the files",
-                    close_when_idle=True,
-                ),
-                id=sid,
-                task_queue=task_queue,
+            sid, handle = await start_session(
+                ts_env.client, workspace, task_queue, "list the files"
             )
             for _ in range(600):
                 if script.summary_requests:

@@ -3,17 +3,15 @@ goes on, instead of a workflow task retried forever; a task that keeps failing f
 reason shows in `status`."""
 
 import asyncio
-import uuid
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
 
 import durable_agent.engine.loop as loop
-from durable_agent.engine.contracts import PromptRequest, SessionInput, SessionStatus
-from durable_agent.engine.state import QueryConfig, Terminal
+from durable_agent.engine.contracts import PromptRequest
+from durable_agent.engine.state import Terminal
 from durable_agent.replay import ReplayServer, text_turn
 from durable_agent.wiring import build_worker
-from tests.helpers import replay_client_factory
+from tests.helpers import replay_client_factory, start_session
 from tests.test_cli import cli_env, durable_agent
 from tests.test_query_workflow import query_result
 from workflows.session import SessionWorkflow
@@ -35,19 +33,6 @@ def break_loop(monkeypatch, error: BaseException, times: int = 1) -> list[int]:
     return calls
 
 
-async def start(
-    client: Client, workspace, task_queue: str, **inp
-) -> tuple[str, WorkflowHandle[SessionWorkflow, SessionStatus]]:
-    sid = f"bug-{uuid.uuid4()}"
-    handle = await client.start_workflow(
-        SessionWorkflow.run,
-        SessionInput(session_id=sid, config=QueryConfig(workspace=str(workspace)), **inp),
-        id=sid,
-        task_queue=task_queue,
-    )
-    return sid, handle
-
-
 async def test_a_bug_in_the_loop_fails_the_prompt_and_the_session_goes_on(
     ts_env, store, workspace, task_queue, monkeypatch
 ):
@@ -55,7 +40,9 @@ async def test_a_bug_in_the_loop_fails_the_prompt_and_the_session_goes_on(
     with ReplayServer([text_turn("first"), text_turn("second")]) as server:
         factory = replay_client_factory(server)
         async with build_worker(ts_env.client, task_queue, store, factory):
-            sid, handle = await start(ts_env.client, workspace, task_queue, initial_prompt="one")
+            sid, handle = await start_session(
+                ts_env.client, workspace, task_queue, "one", close_when_idle=False, prefix="bug"
+            )
             await asyncio.sleep(0)
             second = await asyncio.wait_for(
                 handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt="two")),
@@ -89,7 +76,9 @@ async def test_status_shows_a_prompt_whose_workflow_task_keeps_failing(
     with ReplayServer([text_turn("never")] * 5) as server:
         factory = replay_client_factory(server)
         async with build_worker(client, task_queue, store, factory):
-            sid, handle = await start(client, workspace, task_queue, initial_prompt="one")
+            sid, handle = await start_session(
+                client, workspace, task_queue, "one", close_when_idle=False, prefix="bug"
+            )
             for _ in range(200):
                 if len(calls) >= 2:
                     break

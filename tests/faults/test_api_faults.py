@@ -10,12 +10,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from durable_agent.engine.contracts import SessionInput
-from durable_agent.engine.state import QueryConfig, QueryResult, Terminal
+from durable_agent.engine.state import QueryResult, Terminal
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
 from durable_agent.replay.cassette import Fault
 from tests.faults.harness import WorkerProcess, process_env
-from workflows.session import SessionWorkflow
+from tests.helpers import start_session
 
 
 async def _run(own_server, tmp_path, turns: list[Turn], **config: float) -> tuple[QueryResult, int]:
@@ -28,18 +27,10 @@ async def _run(own_server, tmp_path, turns: list[Turn], **config: float) -> tupl
             client = await Client.connect(
                 own_server.address, data_converter=pydantic_data_converter
             )
-            sid = f"api-{uuid.uuid4()}"
-            status = await client.execute_workflow(
-                SessionWorkflow.run,
-                SessionInput(
-                    session_id=sid,
-                    config=QueryConfig(workspace=str(workspace), **config),
-                    initial_prompt="go",
-                    close_when_idle=True,
-                ),
-                id=sid,
-                task_queue=task_queue,
+            _, handle = await start_session(
+                client, workspace, task_queue, prefix="api", config=config
             )
+            status = await handle.result()
     assert status.last_result is not None
     return status.last_result, len(api.requests)
 

@@ -14,11 +14,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from durable_agent.engine.contracts import SessionInput
-from durable_agent.engine.state import QueryConfig, Terminal
+from durable_agent.engine.state import Terminal
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.faults.harness import WorkerProcess, process_env
-from workflows.session import SessionWorkflow
+from tests.helpers import start_session
 
 SECRET = "s3cr3t-outside-the-workspace"
 
@@ -60,18 +59,8 @@ async def test_tools_and_hooks_stay_inside_and_see_no_secrets(own_server, tmp_pa
             client = await Client.connect(
                 own_server.address, data_converter=pydantic_data_converter
             )
-            sid = f"secrets-{uuid.uuid4()}"
-            status = await client.execute_workflow(
-                SessionWorkflow.run,
-                SessionInput(
-                    session_id=sid,
-                    config=QueryConfig(workspace=str(workspace)),
-                    initial_prompt="go",
-                    close_when_idle=True,
-                ),
-                id=sid,
-                task_queue=task_queue,
-            )
+            _, handle = await start_session(client, workspace, task_queue, prefix="secrets")
+            status = await handle.result()
     assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
     results = {b["tool_use_id"]: b for b in api.requests[1]["messages"][-1]["content"]}
     grep, into_link, glob, bash = (results[k] for k in ("g1", "g2", "l1", "b1"))

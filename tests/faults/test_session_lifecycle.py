@@ -19,6 +19,7 @@ from durable_agent.engine.state import QueryConfig, QueryResult, Terminal
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
 from durable_agent.replay.cassette import message
 from tests.faults.harness import WorkerProcess, process_env, transcript_problems, wait_for
+from tests.helpers import start_session
 from workflows.query import QueryWorkflow
 from workflows.session import SessionWorkflow
 
@@ -121,16 +122,8 @@ async def test_nothing_a_tool_or_hook_started_outlives_its_session(own_server, t
             client = await Client.connect(
                 own_server.address, data_converter=pydantic_data_converter
             )
-            sid = f"end-{uuid.uuid4()}"
-            handle = await client.start_workflow(
-                SessionWorkflow.run,
-                SessionInput(
-                    session_id=sid,
-                    config=QueryConfig(workspace=str(workspace)),
-                    initial_prompt="go",
-                ),
-                id=sid,
-                task_queue=task_queue,
+            sid, handle = await start_session(
+                client, workspace, task_queue, close_when_idle=False, prefix="end"
             )
             first = await _result(client, f"{sid}-q1")
             alive = _leftovers(sid)  # a chat session keeps them while it goes on
