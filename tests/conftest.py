@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sysconfig
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +20,27 @@ from durable_agent.devserver import server_args
 BIN = Path(sysconfig.get_path("scripts"))
 
 
+async def _started(start: Callable[[], Awaitable[WorkflowEnvironment]]) -> WorkflowEnvironment:
+    """The SDK gives a server it starts 5 s to answer; on a loaded 2-core CI box it once took
+    longer and every test that used it errored. Three tries."""
+    for attempt in range(3):
+        try:
+            return await start()
+        except RuntimeError as exc:
+            if "did not start" not in str(exc) or attempt == 2:
+                raise
+            await asyncio.sleep(1)
+    raise AssertionError("unreachable")
+
+
 @pytest_asyncio.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=str(BIN / "temporal"),
-        dev_server_extra_args=server_args(),
+    env = await _started(
+        lambda: WorkflowEnvironment.start_local(
+            data_converter=pydantic_data_converter,
+            dev_server_existing_path=str(BIN / "temporal"),
+            dev_server_extra_args=server_args(),
+        )
     )
     yield env
     await env.shutdown()
@@ -34,9 +49,11 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest_asyncio.fixture(scope="session")
 async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
-        test_server_existing_path=str(BIN / "temporal-test-server"),
+    env = await _started(
+        lambda: WorkflowEnvironment.start_time_skipping(
+            data_converter=pydantic_data_converter,
+            test_server_existing_path=str(BIN / "temporal-test-server"),
+        )
     )
     yield env
     await env.shutdown()
