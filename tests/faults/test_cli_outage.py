@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
+from typing import IO
 
 from temporalio.client import Client
 
@@ -20,11 +22,19 @@ reaches the CLI's code; a shorter one is ridden out inside the client, and the t
 depend on when the CLI's call happened to fall (1 run in 6 failed with 6 s)."""
 
 
-def _cli(args: list[str], env: dict[str, str], stdin: bool = False) -> subprocess.Popen[str]:
+def _cli(
+    args: list[str], env: dict[str, str], stdin: bool = False, into: Path | None = None
+) -> subprocess.Popen[str]:
+    """With `into`, its stdout and stderr go to `into`.out and `into`.err, to be read while
+    it runs."""
+    out: IO[str] | int = subprocess.PIPE
+    err: IO[str] | int = subprocess.PIPE
+    if into is not None:
+        out, err = into.with_suffix(".out").open("w"), into.with_suffix(".err").open("w")
     return subprocess.Popen(
         [sys.executable, "-m", "durable_agent", *args], cwd=ROOT, env=env,
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=out, stderr=err,
+        text=True,
     )  # fmt: skip
 
 
@@ -75,7 +85,10 @@ async def _session_id(address: str) -> str:
 async def test_chat_tail_and_status_ride_out_a_server_restart(own_server, tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    command = "echo started >> marker; sleep 3; echo real-output"
+    tail_path = tmp_path / "tail"
+    # Long enough for `tail` to start and attach while it runs (a first CLI start in a fresh
+    # clone compiles the project's modules and took more than 3 s in CI).
+    command = "echo started >> marker; sleep 10; echo real-output"
     turns = [
         tool_turn([("b1", "Bash", {"command": command})]),
         text_turn("first answer"),
@@ -92,8 +105,9 @@ async def test_chat_tail_and_status_ride_out_a_server_restart(own_server, tmp_pa
             chat.stdin = None  # sent; communicate() must not touch it again
             await wait_for((workspace / "marker").exists, 60, "the tool to start")
             sid = await _session_id(own_server.address)
-            tail = _cli(["tail", sid], env)
-            await asyncio.sleep(1.5)  # tail is connected and following (the Bash takes 3 s)
+            tail = _cli(["tail", sid], env, into=tail_path)
+            shown = tail_path.with_suffix(".err")  # tail follows once it shows the Bash
+            await wait_for(lambda: "Bash" in shown.read_text(), 9, "tail to follow the Bash")
             own_server.kill()
             status = _cli(["status", sid], env)  # asked while the server is away
             await asyncio.sleep(OUTAGE_SECONDS)
@@ -101,9 +115,9 @@ async def test_chat_tail_and_status_ride_out_a_server_restart(own_server, tmp_pa
             results = await asyncio.gather(
                 *(asyncio.to_thread(_finish, p, 90) for p in (chat, tail, status))
             )
-    (chat_code, chat_out, chat_err), (tail_code, tail_out, tail_err), (st_code, st_out, st_err) = (
-        results
-    )
+    (chat_code, chat_out, chat_err), (tail_code, _, _), (st_code, st_out, st_err) = results
+    tail_out = tail_path.with_suffix(".out").read_text()
+    tail_err = tail_path.with_suffix(".err").read_text()
     for code, err in ((chat_code, chat_err), (tail_code, tail_err), (st_code, st_err)):
         assert code == 0, err[-2000:]
         assert "Traceback" not in err and "RPCError" not in err
