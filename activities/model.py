@@ -141,7 +141,7 @@ async def read_stream(
                 # The SDK could not parse what arrived (its parser's text, not ours).
                 raise unreadable_event(exc, _snapshot(stream), received) from None
             except anthropic.APIStatusError as exc:
-                if exc.status_code == 200 and not _api_error_body(exc.body):
+                if exc.status_code == 200 and _body_error_type(exc.body) is None:
                     raise MalformedResponse(
                         f"the API sent an `error` event after {received} events that is "
                         f"not an API error: {_preview(str(exc.body))}"
@@ -160,10 +160,12 @@ async def read_stream(
         return await stream.get_final_message()
 
 
-def _api_error_body(body: object) -> bool:
-    """An `error` event's data as the API sends it: {"type": "error", "error": {"type": …}}."""
+def _body_error_type(body: object) -> str | None:
+    """The error type of an API error body, {"type": "error", "error": {"type": …}}; None when
+    the body is not one."""
     error = body.get("error") if isinstance(body, dict) else None
-    return isinstance(error, dict) and isinstance(error.get("type"), str)
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def unreadable_event(exc: Exception, snapshot: Any, received: int) -> MalformedResponse:
@@ -219,7 +221,7 @@ def to_failure(exc: BaseException) -> ApiFailure:
     text = f"{type(exc).__name__}: {exc}"
     chain = _causes(exc)
     reset = any(isinstance(e, ConnectionResetError | BrokenPipeError) for e in chain) or any(
-        word in f"{e}".lower()
+        word in f"{type(e).__name__}: {e}".lower()
         for e in chain
         for word in ("reset", "broken pipe", "epipe", "incomplete", "closed")
     )
@@ -238,11 +240,8 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 
 def _error_type(exc: anthropic.APIStatusError) -> str | None:
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and isinstance(err.get("type"), str):
-            return err["type"]
+    if (kind := _body_error_type(exc.body)) is not None:
+        return kind
     value = getattr(exc, "type", None)
     return value if isinstance(value, str) else None
 
