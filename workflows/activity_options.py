@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         UNATTENDED_MAX_DELAY_SECONDS,
     )
     from durable_agent.engine.state import QueryConfig
+    from durable_agent.names import Activities
 
 WAIT_FOR_CANCELLATION_PATCH = "interrupt-waits-for-cancellation-v1"
 
@@ -69,7 +70,7 @@ def model_retry_policy(cfg: QueryConfig) -> RetryPolicy:
 def call_model(req: CallModelInput, summary: str) -> Awaitable[CallModelOutput]:
     cfg = req.config
     return workflow.execute_activity(
-        "call_model",
+        Activities.CALL_MODEL,
         req,
         cancellation_type=_on_interrupt(),
         result_type=CallModelOutput,
@@ -87,7 +88,7 @@ def run_tool(
     req: RunToolInput, cfg: QueryConfig, summary: str, read_only: bool
 ) -> Awaitable[RunToolOutput]:
     return workflow.execute_activity(
-        "run_tool",
+        Activities.RUN_TOOL,
         req,
         cancellation_type=_on_interrupt(),
         result_type=RunToolOutput,
@@ -108,7 +109,7 @@ COMPACT_RETRY = RetryPolicy(
 def autocompact(req: CompactInput) -> Awaitable[CompactOutput]:
     """A failed compaction counts towards the circuit breaker; it is retried once at most."""
     return workflow.execute_activity(
-        "autocompact",
+        Activities.AUTOCOMPACT,
         req,
         cancellation_type=_on_interrupt(),
         result_type=CompactOutput,
@@ -121,7 +122,7 @@ def autocompact(req: CompactInput) -> Awaitable[CompactOutput]:
 
 def plan_collapse(req: PlanCollapseInput) -> Awaitable[PlanCollapseOutput]:
     return workflow.execute_activity(
-        "plan_collapse",
+        Activities.PLAN_COLLAPSE,
         req,
         result_type=PlanCollapseOutput,
         start_to_close_timeout=STORE_TIMEOUT,
@@ -134,7 +135,7 @@ HOOK_TIMEOUT = timedelta(minutes=10)
 
 def run_stop_hooks(req: StopHooksInput) -> Awaitable[StopHooksOutput]:
     return workflow.execute_activity(
-        "run_stop_hooks",
+        Activities.RUN_STOP_HOOKS,
         req,
         cancellation_type=_on_interrupt(),
         result_type=StopHooksOutput,
@@ -148,7 +149,7 @@ def run_stop_hooks(req: StopHooksInput) -> Awaitable[StopHooksOutput]:
 
 def append_entry(req: AppendEntryInput) -> Awaitable[AppendEntryOutput]:
     return workflow.execute_activity(
-        "append_entry",
+        Activities.APPEND_ENTRY,
         req,
         result_type=AppendEntryOutput,
         start_to_close_timeout=STORE_TIMEOUT,
@@ -158,7 +159,7 @@ def append_entry(req: AppendEntryInput) -> Awaitable[AppendEntryOutput]:
 
 def end_session_processes(req: EndProcessesInput) -> Awaitable[EndProcessesOutput]:
     return workflow.execute_activity(
-        "end_session_processes",
+        Activities.END_SESSION_PROCESSES,
         req,
         result_type=EndProcessesOutput,
         start_to_close_timeout=STORE_TIMEOUT,

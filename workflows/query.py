@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         ToolResultRef,
         Transition,
     )
+    from durable_agent.names import Queries, Signals, Workflows
     from workflows import activity_options as steps
 
 from workflows.batch_tools import run_tool_batches
@@ -94,7 +95,7 @@ after a bad deploy above all, keeps retrying, so that a fixed worker can carry t
 `status` shows such a workflow."""
 
 
-@workflow.defn(name="QueryWorkflow", failure_exception_types=BUG_EXCEPTION_TYPES)
+@workflow.defn(name=Workflows.QUERY, failure_exception_types=BUG_EXCEPTION_TYPES)
 class QueryWorkflow:
     def __init__(self) -> None:
         self._interrupted = False
@@ -109,7 +110,7 @@ class QueryWorkflow:
         self._call_id: str | None = None
         self._executors: dict[int, StreamingToolExecutor] = {}
 
-    @workflow.signal
+    @workflow.signal(name=Signals.INTERRUPT)
     def interrupt(self) -> None:
         """Cancel the running model call or tools; the query ends aborted_*."""
         self._interrupted = True
@@ -118,7 +119,7 @@ class QueryWorkflow:
         for executor in self._executors.values():
             executor.interrupt()
 
-    @workflow.signal
+    @workflow.signal(name=Signals.TOOL_USE_READY)
     def tool_use_ready(self, ready: ToolReady) -> None:
         """A tool_use block is complete in the model's stream: it may start now."""
         cfg = self._config
@@ -159,7 +160,7 @@ class QueryWorkflow:
         self._executors = {}
         self._call_id = None
 
-    @workflow.signal
+    @workflow.signal(name=Signals.MODEL_RETRY)
     def model_retry(self, notice: RetryNotice) -> None:
         """The model activity failed an attempt and Temporal will retry it: show why."""
         self._retries[notice.error_type] = self._retries.get(notice.error_type, 0) + 1
@@ -177,11 +178,11 @@ class QueryWorkflow:
             is_error=True,
         )
 
-    @workflow.query
+    @workflow.query(name=Queries.PROGRESS)
     def progress(self, since: int = 0) -> list[ProgressEvent]:
         return [e for e in self._events if e.index >= since]
 
-    @workflow.query
+    @workflow.query(name=Queries.PHASE)
     def phase(self) -> str:
         return self._phase
 

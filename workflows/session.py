@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
         SessionStatus,
     )
     from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryResult
+    from durable_agent.names import Activities, Queries, Signals, Updates, Workflows
     from workflows.activity_options import STORE_RETRY, STORE_TIMEOUT, end_session_processes
     from workflows.query import QueryWorkflow
 
@@ -29,7 +30,7 @@ def query_workflow_id(session_id: str, index: int) -> str:
     return f"{session_id}-q{index}"
 
 
-@workflow.defn(name="SessionWorkflow")
+@workflow.defn(name=Workflows.SESSION)
 class SessionWorkflow:
     @workflow.init
     def __init__(self, inp: SessionInput) -> None:
@@ -51,7 +52,7 @@ class SessionWorkflow:
         self._transcript_path = ""
         self._context_tokens = inp.context_tokens
 
-    @workflow.update
+    @workflow.update(name=Updates.SUBMIT_PROMPT)
     def submit_prompt(self, req: PromptRequest) -> PromptAccepted:
         """Queue a prompt; returns the id its QueryWorkflow will have (it starts when the prompts
         before it have finished)."""
@@ -80,23 +81,23 @@ class SessionWorkflow:
         if req.max_turns is not None and req.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
 
-    @workflow.signal
+    @workflow.signal(name=Signals.INTERRUPT)
     async def interrupt(self) -> None:
         """Interrupt the running prompt, if any."""
         if self._running is not None:
             try:
-                await workflow.get_external_workflow_handle(self._running).signal("interrupt")
+                await workflow.get_external_workflow_handle(self._running).signal(Signals.INTERRUPT)
             except FailureError:
                 # The prompt finished while the signal was on its way: nothing to interrupt,
                 # and the session must not fail over it.
                 workflow.logger.info("interrupt arrived after %s ended", self._running)
 
-    @workflow.signal
+    @workflow.signal(name=Signals.CLOSE)
     def close(self) -> None:
         """End the session once the running prompt (if any) finishes."""
         self._closed = True
 
-    @workflow.query
+    @workflow.query(name=Queries.STATUS)
     def status(self) -> SessionStatus:
         return SessionStatus(
             session_id=self._session_id,
@@ -109,14 +110,14 @@ class SessionWorkflow:
             queued=len(self._queue),
         )
 
-    @workflow.query
+    @workflow.query(name=Queries.TRANSCRIPT_PATH)
     def transcript_path(self) -> str:
         return self._transcript_path
 
     @workflow.run
     async def run(self, inp: SessionInput) -> SessionStatus:
         self._transcript_path = await workflow.execute_activity(
-            "transcript_location",
+            Activities.TRANSCRIPT_LOCATION,
             self._session_id,
             result_type=str,
             start_to_close_timeout=STORE_TIMEOUT,

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import RunToolOutput, ToolCall
     from durable_agent.engine.messages import ToolResultBlock
     from durable_agent.engine.state import EagerTools, ProgressKind, ToolResultRef
+    from durable_agent.engine.tools import ToolName
 
 INTERRUPTED_TOOL = "Interrupted by user: this tool call was cancelled and may have partly run."
 NOT_RUN_TOOL = "Interrupted by user before this tool call ran; it did not run."
@@ -126,7 +127,7 @@ class StreamingToolExecutor:
             tool.status = ToolStatus.DISCARDED
             return
         tool.status = ToolStatus.COMPLETED
-        if tool.call.name == "Bash" and _failed(tool):
+        if tool.call.name == ToolName.BASH and _failed(tool):
             self._abort_siblings(tool)
         self._yield_completed()
         self._process_queue()

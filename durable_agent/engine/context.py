@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agent.engine.messages import Usage
+from durable_agent.engine.tools import ToolName
 
 DEFAULT_CONTEXT_WINDOW = 200_000
 LARGE_CONTEXT_WINDOW = 1_000_000
@@ -23,9 +24,7 @@ BLOCKING_BUFFER_TOKENS = 3_000
 MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES = 3
 IMAGE_TOKENS = 2_000
 CLEARED_MARKER = "[Old tool result content cleared]"
-COMPACTABLE_TOOLS = frozenset(
-    {"Read", "Bash", "Grep", "Glob", "WebSearch", "WebFetch", "Edit", "Write"}
-)
+COMPACTABLE_TOOLS = frozenset({*ToolName, "WebSearch", "WebFetch"})
 PREVIEW_CHARS = 2_000
 
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_agent.engine.budget import BudgetTracker
 from durable_agent.engine.messages import ToolResultBlock, Usage
+from durable_agent.engine.tools import ToolName
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_MAX_OUTPUT_TOKENS = 8_000
@@ -78,7 +79,7 @@ class QueryConfig(BaseModel):
     """Extra system prompt text appended to the built-in one."""
     workspace: str = "."
     """Absolute path of the directory the tools are confined to."""
-    tools: tuple[str, ...] = ("Read", "Write", "Edit", "Bash", "Grep", "Glob")
+    tools: tuple[str, ...] = tuple(name.value for name in ToolName)
     """Names of the tools offered to the model."""
     tool_concurrency: int = Field(default=DEFAULT_TOOL_CONCURRENCY, ge=1)
     """How many concurrency-safe tools run at once."""

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from durable_agent.engine.bash_safety import is_read_only_command
 from durable_agent.engine.messages import ToolUseBlock
+
+
+class ToolName(StrEnum):
+    """The built-in tools, by Claude Code's names (what the model calls and settings match)."""
+
+    READ = "Read"
+    WRITE = "Write"
+    EDIT = "Edit"
+    BASH = "Bash"
+    GREP = "Grep"
+    GLOB = "Glob"
 
 
 class _Input(BaseModel):
@@ -122,7 +134,7 @@ class ToolSpec(BaseModel):
 
     def is_read_only(self, raw: dict[str, Any]) -> bool:
         """Changes nothing (for this input): may be retried, and may start early."""
-        if self.name == "Bash":
+        if self.name == ToolName.BASH:
             return self.is_concurrency_safe(raw)
         return self.read_only
 
@@ -139,7 +151,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {
     spec.name: spec
     for spec in (
         ToolSpec(
-            name="Read",
+            name=ToolName.READ,
             description="Read a file from the workspace. Output has line numbers (cat -n style). "
             "Use offset/limit for large files.",
             input_model=ReadInput,
@@ -148,7 +160,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {
             summary_field="file_path",
         ),
         ToolSpec(
-            name="Write",
+            name=ToolName.WRITE,
             description="Write a file in the workspace, replacing it if it exists.",
             input_model=WriteInput,
             read_only=False,
@@ -156,7 +168,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {
             summary_field="file_path",
         ),
         ToolSpec(
-            name="Edit",
+            name=ToolName.EDIT,
             description="Replace an exact string in a file. old_string must occur exactly once "
             "unless replace_all is true.",
             input_model=EditInput,
@@ -165,7 +177,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {
             summary_field="file_path",
         ),
         ToolSpec(
-            name="Bash",
+            name=ToolName.BASH,
             description="Run a shell command in the workspace directory and return its output "
             "and exit code.",
             input_model=BashInput,
@@ -174,7 +186,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {
             summary_field="command",
         ),
         ToolSpec(
-            name="Grep",
+            name=ToolName.GREP,
             description="Search file contents with a regular expression (ripgrep syntax).",
             input_model=GrepInput,
             read_only=True,
@@ -182,7 +194,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {
             summary_field="pattern",
         ),
         ToolSpec(
-            name="Glob",
+            name=ToolName.GLOB,
             description="Find files by name with a glob pattern; newest first.",
             input_model=GlobInput,
             read_only=True,

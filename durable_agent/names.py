@@ -1,0 +1,45 @@
+"""The names Temporal knows our workflows, activities, signals, queries and updates by.
+
+They are part of the contract with running workflows and recorded histories: a renamed
+signal would no longer reach a session started before the rename. Workflow code, activities
+and the CLI all use these constants; none spells a name itself.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+
+class Workflows:
+    SESSION: Final = "SessionWorkflow"
+    QUERY: Final = "QueryWorkflow"
+
+
+class Activities:
+    CALL_MODEL: Final = "call_model"
+    RUN_TOOL: Final = "run_tool"
+    AUTOCOMPACT: Final = "autocompact"
+    PLAN_COLLAPSE: Final = "plan_collapse"
+    APPEND_ENTRY: Final = "append_entry"
+    TRANSCRIPT_LOCATION: Final = "transcript_location"
+    RUN_STOP_HOOKS: Final = "run_stop_hooks"
+    END_SESSION_PROCESSES: Final = "end_session_processes"
+
+
+class Signals:
+    INTERRUPT: Final = "interrupt"
+    """Both workflows: the session passes it on to its running prompt."""
+    CLOSE: Final = "close"
+    TOOL_USE_READY: Final = "tool_use_ready"
+    MODEL_RETRY: Final = "model_retry"
+
+
+class Queries:
+    STATUS: Final = "status"
+    TRANSCRIPT_PATH: Final = "transcript_path"
+    PROGRESS: Final = "progress"
+    PHASE: Final = "phase"
+
+
+class Updates:
+    SUBMIT_PROMPT: Final = "submit_prompt"
