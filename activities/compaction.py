@@ -21,7 +21,7 @@ from activities.model import (
     read_stream,
     system_prompt,
 )
-from activities.transcript import append_pending, off_loop
+from activities.transcript import chain_with_pending, off_loop, request_view
 from durable_agent.engine.context import (
     drop_oldest,
     estimate_messages_tokens,
@@ -42,7 +42,7 @@ from durable_agent.engine.messages import (
     TranscriptEntry,
 )
 from durable_agent.engine.request import ModelRequest, build_request, request_messages
-from durable_agent.engine.state import PendingUser
+from durable_agent.names import Activities
 
 SUMMARY_PROMPT = """The conversation above is about to be replaced by a summary, because the \
 context window is nearly full. Write that summary now: detailed enough that you can continue the \
@@ -90,11 +90,13 @@ class CompactionActivities:
         self.model = model
         self.store = model.store
 
-    @activity.defn(name="autocompact")
+    @activity.defn(name=Activities.AUTOCOMPACT)
     async def autocompact(self, req: CompactInput) -> CompactOutput:
-        parent = await off_loop(self._stored_parent, req.session_id, req.parent_uuid, req.pending)
+        parent, chain = await off_loop(
+            chain_with_pending, self.store, req.session_id, req.parent_uuid, req.pending
+        )
         hook_notes = await self._pre_compact_hooks(req)
-        messages = await off_loop(self._messages_to_summarise, req, parent)
+        messages = await off_loop(self._messages_to_summarise, req, chain)
         summary = await self._summarise(messages, req)
         entry = await off_loop(self._store_summary, req, parent, summary)
         post = await self._count_tokens([entry], req)
@@ -106,24 +108,17 @@ class CompactionActivities:
             hook_notes=hook_notes,
         )
 
-    def _stored_parent(
-        self, session_id: str, parent: str | None, pending: PendingUser | None
-    ) -> str | None:
-        """The entry the store goes on from: the pending user entry, stored first (blocking)."""
-        if pending is None:
-            return parent
-        return append_pending(self.store, session_id, pending).uuid
-
-    def _messages_to_summarise(self, req: CompactInput, parent: str | None) -> list[dict[str, Any]]:
+    def _messages_to_summarise(
+        self, req: CompactInput, chain: list[TranscriptEntry]
+    ) -> list[dict[str, Any]]:
         """The conversation since the last boundary as the summary request shows it; the whole
         text of results it cuts short is kept for the Read tool (blocking)."""
-        chain = self.store.chain(req.session_id, parent, since_boundary=True)
         view = req.request.model_copy(
             update={"microcompact_keep": req.config.microcompact_keep_recent, "task_budget": None}
         )
-        messages, overflowed = request_messages(chain, view, self._overflow(req.session_id))
-        self.store.write_overflow(req.session_id, chain, overflowed)
-        return messages
+        return request_view(
+            self.store, req.session_id, chain, lambda paths: request_messages(chain, view, paths)
+        )
 
     def _store_summary(
         self, req: CompactInput, parent: str | None, summary: str
@@ -163,9 +158,6 @@ class CompactionActivities:
             for o in outcomes
             if o.exit_code != 0
         ]
-
-    def _overflow(self, session_id: str) -> Any:
-        return lambda tool_use_id: str(self.store.overflow_path(session_id, tool_use_id))
 
     async def _summarise(self, messages: list[dict[str, Any]], req: CompactInput) -> str:
         for _ in range(MAX_SUMMARY_SHRINKS + 1):
@@ -227,11 +219,13 @@ class CompactionActivities:
         except (anthropic.APIError, httpx2.HTTPError, OSError):
             return estimate_messages_tokens(body["messages"]) + 2_000
 
-    @activity.defn(name="plan_collapse")
+    @activity.defn(name=Activities.PLAN_COLLAPSE)
     async def plan_collapse(self, req: PlanCollapseInput) -> PlanCollapseOutput:
-        parent = await off_loop(self._stored_parent, req.session_id, req.parent_uuid, req.pending)
-        chain = await off_loop(self.store.chain, req.session_id, parent, since_boundary=True)
-        messages, _ = request_messages(chain, req.request, self._overflow(req.session_id))
+        _, chain = await off_loop(
+            chain_with_pending, self.store, req.session_id, req.parent_uuid, req.pending
+        )
+        overflow_paths = self.store.overflow_paths(req.session_id)
+        messages, _ = request_messages(chain, req.request, overflow_paths)
         return PlanCollapseOutput(tool_use_ids=plan_collapse(messages, req.target_tokens, []))
 
 

@@ -30,6 +30,7 @@ from activities.tools.environment import (
 )
 from activities.transcript import off_loop, write_file_atomic
 from durable_agent.engine.contracts import StopHooksInput, StopHooksOutput
+from durable_agent.names import Activities
 
 DEFAULT_TIMEOUT_SECONDS = 60
 OUTPUT_CHARS = 4_000
@@ -193,7 +194,7 @@ class HookActivities:
         self.transcript_path = transcript_path
         self.ledger = ledger
 
-    @activity.defn(name="run_stop_hooks")
+    @activity.defn(name=Activities.RUN_STOP_HOOKS)
     async def run_stop_hooks(self, req: StopHooksInput) -> StopHooksOutput:
         """Claude Code's Stop hooks: exit 2 or {"decision": "block"} feeds the reason back to
         the model; {"continue": false} ends the query."""

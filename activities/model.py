@@ -24,7 +24,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities.credentials import Credentials, CredentialsError
 from activities.heartbeat import heartbeating
-from activities.transcript import StoreError, TranscriptStore, append_pending, off_loop
+from activities.transcript import (
+    StoreError,
+    TranscriptStore,
+    chain_with_pending,
+    off_loop,
+    request_view,
+)
 from durable_agent import telemetry
 from durable_agent.engine.contracts import (
     CallModelInput,
@@ -48,6 +54,7 @@ from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, U
 from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, QueryConfig
 from durable_agent.engine.tools import TOOL_SPECS
+from durable_agent.names import Activities, Signals
 
 BASE_SYSTEM_PROMPT = """You are a coding agent working in a local workspace through tools \
 (Read, Write, Edit, Bash, Grep, Glob). Inspect before you change, make focused edits, run the \
@@ -302,7 +309,7 @@ class ModelActivities:
                 )
             return self._client
 
-    @activity.defn(name="call_model")
+    @activity.defn(name=Activities.CALL_MODEL)
     async def call_model(self, req: CallModelInput) -> CallModelOutput:
         try:
             return await self._call_model(req)
@@ -338,18 +345,14 @@ class ModelActivities:
     def _prepare(self, req: CallModelInput) -> tuple[str | None, dict[str, Any]]:
         """Store the new user entry, read the chain, build the request and keep the whole text
         of results it shows cut short: the parent of the answer and the request (blocking)."""
-        parent = req.parent_uuid
-        if req.new_user is not None:
-            parent = append_pending(self.store, req.session_id, req.new_user).uuid
-        chain = self.store.chain(req.session_id, parent, since_boundary=True)
-        request, overflowed = build_request(
+        sid, system, tools = req.session_id, system_prompt(req.config), req.config.tools
+        parent, chain = chain_with_pending(self.store, sid, req.parent_uuid, req.new_user)
+        request = request_view(
+            self.store,
+            sid,
             chain,
-            system_prompt(req.config),
-            req.config.tools,
-            req.request,
-            lambda tool_use_id: str(self.store.overflow_path(req.session_id, tool_use_id)),
+            lambda paths: build_request(chain, system, tools, req.request, paths),
         )
-        self.store.write_overflow(req.session_id, chain, overflowed)
         return parent, request
 
     async def _call(
@@ -435,7 +438,7 @@ class ModelActivities:
             call=_tool_call(block.id, block.name, block.input),
         )
         handle = self.temporal.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-        await handle.signal("tool_use_ready", ready)
+        await handle.signal(Signals.TOOL_USE_READY, ready)
 
     async def _stream(
         self, request: dict[str, Any], track: RetryTrack, req: CallModelInput
@@ -492,7 +495,7 @@ class ModelActivities:
             handle = self.temporal.get_workflow_handle(
                 info.workflow_id, run_id=info.workflow_run_id
             )
-            await handle.signal("model_retry", notice)
+            await handle.signal(Signals.MODEL_RETRY, notice)
         except Exception as exc:  # noqa: BLE001
             activity.logger.warning("could not tell the workflow about a retry: %s", exc)
 

@@ -28,6 +28,7 @@ from durable_agent.engine.messages import (
     TranscriptEntry,
 )
 from durable_agent.engine.state import PendingUser
+from durable_agent.names import Activities
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -306,6 +307,11 @@ class TranscriptStore:
     def overflow_path(self, session_id: str, tool_use_id: str) -> Path:
         return self.overflow_dir(session_id) / f"{_SAFE_ID.sub('_', tool_use_id)}.txt"
 
+    def overflow_paths(self, session_id: str) -> Callable[[str], str]:
+        """tool_use id → where its whole text is kept: the path a request view's preview of a
+        cut-short result names."""
+        return lambda tool_use_id: str(self.overflow_path(session_id, tool_use_id))
+
     def write_overflow(
         self, session_id: str, chain: list[TranscriptEntry], tool_use_ids: list[str]
     ) -> None:
@@ -353,17 +359,43 @@ def append_pending(
     )
 
 
+def chain_with_pending(
+    store: TranscriptStore, session_id: str, parent_uuid: str | None, pending: PendingUser | None
+) -> tuple[str | None, list[TranscriptEntry]]:
+    """Store the pending user entry, if there is one, then read the conversation since the last
+    compact boundary: the entry the store goes on from, and that chain (blocking)."""
+    if pending is not None:
+        parent_uuid = append_pending(store, session_id, pending).uuid
+    return parent_uuid, store.chain(session_id, parent_uuid, since_boundary=True)
+
+
+def request_view(
+    store: TranscriptStore,
+    session_id: str,
+    chain: list[TranscriptEntry],
+    render: Callable[[Callable[[str], str]], tuple[T, list[str]]],
+) -> T:
+    """What `render(overflow_paths)` makes of `chain` (a request, its messages), with the whole
+    text of each result it cut short to a preview kept for the Read tool (blocking).
+
+    `render` is `build_request` or `request_messages` over `chain`: it returns the view and the
+    tool_use ids of the results it replaced by a preview naming their overflow path."""
+    view, overflowed = render(store.overflow_paths(session_id))
+    store.write_overflow(session_id, chain, overflowed)
+    return view
+
+
 class StoreActivities:
     """Small store operations the workflow needs outside a model call."""
 
     def __init__(self, store: TranscriptStore) -> None:
         self.store = store
 
-    @activity.defn(name="append_entry")
+    @activity.defn(name=Activities.APPEND_ENTRY)
     async def append_entry(self, req: AppendEntryInput) -> AppendEntryOutput:
         entry = await off_loop(append_pending, self.store, req.session_id, req.entry)
         return AppendEntryOutput(uuid=entry.uuid)
 
-    @activity.defn(name="transcript_location")
+    @activity.defn(name=Activities.TRANSCRIPT_LOCATION)
     async def transcript_location(self, session_id: str) -> str:
         return str(self.store.transcript_path(session_id))

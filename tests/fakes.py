@@ -28,6 +28,7 @@ from durable_agent.engine.contracts import (
     ToolReady,
 )
 from durable_agent.engine.messages import Usage
+from durable_agent.names import Activities, Signals
 from durable_agent.wiring import WORKFLOWS
 
 SAFE = {"Read", "Grep", "Glob"}
@@ -101,7 +102,7 @@ class Fakes:
     tool_started: asyncio.Event = field(default_factory=asyncio.Event)
     ended_sessions: list[str] = field(default_factory=list)
 
-    @activity.defn(name="call_model")
+    @activity.defn(name=Activities.CALL_MODEL)
     async def call_model(self, req: CallModelInput) -> CallModelOutput:
         self.model_calls.append(req)
         step = self.script[min(len(self.model_calls), len(self.script)) - 1]
@@ -122,7 +123,7 @@ class Fakes:
         for call in step.calls if step.signalled is None else step.signalled:
             await asyncio.sleep(step.gap)
             ready = ToolReady(call_id=req.assistant_uuid, attempt=info.attempt, call=call)
-            await handle.signal("tool_use_ready", ready)
+            await handle.signal(Signals.TOOL_USE_READY, ready)
         if step.tail == float("inf"):
             await self._block("model")
         await asyncio.sleep(step.tail)
@@ -141,7 +142,7 @@ class Fakes:
             self.cancelled.append(what)
             raise
 
-    @activity.defn(name="run_tool")
+    @activity.defn(name=Activities.RUN_TOOL)
     async def run_tool(self, req: RunToolInput) -> RunToolOutput:
         self.running += 1
         self.max_running = max(self.max_running, self.running)
@@ -162,20 +163,20 @@ class Fakes:
             tool_use_id=req.tool_use_id, is_error=failed, preview=f"ran {req.name}"
         )
 
-    @activity.defn(name="append_entry")
+    @activity.defn(name=Activities.APPEND_ENTRY)
     async def append_entry(self, req: AppendEntryInput) -> AppendEntryOutput:
         self.appended.append(req)
         return AppendEntryOutput(uuid=req.entry.uuid)
 
-    @activity.defn(name="run_stop_hooks")
+    @activity.defn(name=Activities.RUN_STOP_HOOKS)
     async def run_stop_hooks(self, req: StopHooksInput) -> StopHooksOutput:
         return StopHooksOutput()
 
-    @activity.defn(name="transcript_location")
+    @activity.defn(name=Activities.TRANSCRIPT_LOCATION)
     async def transcript_location(self, session_id: str) -> str:
         return f"/fake/{session_id}.jsonl"
 
-    @activity.defn(name="end_session_processes")
+    @activity.defn(name=Activities.END_SESSION_PROCESSES)
     async def end_session_processes(self, req: EndProcessesInput) -> EndProcessesOutput:
         self.ended_sessions.append(req.session_id)
         return EndProcessesOutput(killed=0)

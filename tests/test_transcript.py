@@ -2,8 +2,21 @@ import json
 
 import pytest
 
-from activities.transcript import TranscriptError, append_pending, user_message
-from durable_agent.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from activities.transcript import (
+    TranscriptError,
+    append_pending,
+    chain_with_pending,
+    request_view,
+    user_message,
+)
+from durable_agent.engine.messages import (
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    TranscriptEntry,
+)
+from durable_agent.engine.request import ModelRequest, request_messages
 from durable_agent.engine.state import PendingUser, ToolResultRef
 
 
@@ -147,3 +160,46 @@ def test_a_result_file_is_written_whole_or_not_at_all(store, monkeypatch):
     assert not list(store._results_dir("s").glob("*.tmp"))
     store.put_tool_result("s", ToolResultBlock(tool_use_id="t1", content="y" * 4000))
     assert store.get_tool_result("s", "t1").content == "y" * 4000
+
+
+def test_chain_with_pending_stores_the_pending_entry_once_and_reads_since_the_boundary(store):
+    store.append("s", "u1", None, msg("user", "first"))
+    store.append("s", "a1", "u1", msg("assistant", "old"))
+    boundary = TranscriptEntry(uuid="b", parentUuid="a1", type="system", subtype="compact_boundary")
+    store.append_entry("s", boundary)
+    store.append("s", "sum", "b", msg("user", "summary"), isCompactSummary=True)
+    store.append("s", "a2", "sum", msg("assistant", "new"))
+    pending = PendingUser(uuid="u2", parent_uuid="a2", prompt="next")
+
+    for _ in range(2):  # a retried activity stores nothing twice and reads the same chain
+        parent, chain = chain_with_pending(store, "s", "a2", pending)
+        assert parent == "u2"
+        assert [e.uuid for e in chain] == ["sum", "a2", "u2"]
+        assert chain[-1].message == msg("user", "next")
+    assert len(store.transcript_path("s").read_text().splitlines()) == 6
+
+    parent, chain = chain_with_pending(store, "s", "a2", None)
+    assert (parent, [e.uuid for e in chain]) == ("a2", ["sum", "a2"])
+    assert chain_with_pending(store, "s", None, None) == (None, [])
+
+
+def test_request_view_keeps_the_whole_text_of_each_result_it_cut_short(store):
+    big = "line of output\n" * 2_000
+    store.append("s", "u1", None, msg("user", "run them"))
+    calls = [ToolUseBlock(id=f"t{i}", name="Bash", input={"command": "x"}) for i in (1, 2)]
+    store.append("s", "a1", "u1", Message(role="assistant", content=calls))
+    results = [
+        ToolResultBlock(tool_use_id="t1", content=big),
+        ToolResultBlock(tool_use_id="t2", content="small"),
+    ]
+    store.append("s", "u2", "a1", Message(role="user", content=results))
+    chain = store.chain("s", "u2")
+    req = ModelRequest(model="m", max_tokens=10, result_budget_tokens=1_000)
+
+    messages = request_view(store, "s", chain, lambda paths: request_messages(chain, req, paths))
+
+    full = store.overflow_path("s", "t1")
+    assert full.read_text() == big
+    assert not store.overflow_path("s", "t2").exists()
+    shown = json.dumps(messages[-1])
+    assert str(full) in shown and big not in shown and "small" in shown

@@ -31,17 +31,18 @@ from durable_agent.engine.contracts import (
     RunToolOutput,
 )
 from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
-from durable_agent.engine.tools import TOOL_SPECS
+from durable_agent.engine.tools import TOOL_SPECS, ToolName
+from durable_agent.names import Activities
 
 ToolImpl = Callable[[Any, Workspace], Awaitable[ToolOutput]]
 
 TOOL_IMPLS: dict[str, ToolImpl] = {
-    "Read": run_read,
-    "Write": run_write,
-    "Edit": run_edit,
-    "Bash": run_bash,
-    "Grep": run_grep,
-    "Glob": run_glob,
+    ToolName.READ: run_read,
+    ToolName.WRITE: run_write,
+    ToolName.EDIT: run_edit,
+    ToolName.BASH: run_bash,
+    ToolName.GREP: run_grep,
+    ToolName.GLOB: run_glob,
 }
 PREVIEW_CHARS = 120
 
@@ -81,7 +82,7 @@ def preview(name: str, text: str) -> str:
     if not lines:
         return "(no output)"
     line = lines[0]
-    if name == "Bash":
+    if name == ToolName.BASH:
         line = lines[-1]
         if line.startswith("Exit code") and len(lines) > 1:
             line = f"{lines[-2]} [{line.lower()}]"
@@ -101,7 +102,7 @@ class ToolActivities:
             overflow = (self.store.overflow_dir(req.session_id),)
             return await execute_tool(block.name, block.input, req.workspace, overflow)
 
-    @activity.defn(name="run_tool")
+    @activity.defn(name=Activities.RUN_TOOL)
     async def run_tool(self, req: RunToolInput) -> RunToolOutput:
         recorded = await off_loop(self._recorded_result, req)
         if recorded is not None:  # an earlier attempt finished; its completion was lost
@@ -127,7 +128,7 @@ class ToolActivities:
             return _output(req, result, inline=True)
         return _output(req, result)
 
-    @activity.defn(name="end_session_processes")
+    @activity.defn(name=Activities.END_SESSION_PROCESSES)
     async def end_session_processes(self, req: EndProcessesInput) -> EndProcessesOutput:
         """End what the session's tools left running on this machine (`nohup … &` daemons,
         background jobs): every process whose environment carries one of its run tags."""
