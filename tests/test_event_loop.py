@@ -28,13 +28,14 @@ from activities.transcript import StoreActivities, TranscriptStore, off_loop
 from durable_agent.engine.contracts import (
     AppendEntryInput,
     CallModelInput,
+    CompactInput,
     PlanCollapseInput,
     RunToolInput,
     StopHooksInput,
 )
-from durable_agent.engine.messages import Message, TextBlock, ToolUseBlock
+from durable_agent.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from durable_agent.engine.request import ModelRequest
-from durable_agent.engine.state import PendingUser, QueryConfig
+from durable_agent.engine.state import PendingUser, QueryConfig, ToolResultRef
 from durable_agent.replay import ReplayServer, text_turn
 from tests.helpers import replay_client_factory
 
@@ -182,6 +183,34 @@ async def test_plan_collapse_stores_the_pending_entry_without_blocking_the_loop(
     out, gap = await largest_gap(run)
     assert gap < RESPONSIVE, f"the event loop stalled for {gap:.2f}s"
     assert out.tool_use_ids == [] and list(store.entries("s")) == ["u1"]
+
+
+async def test_autocompact_stores_the_pending_entry_and_whole_results_without_blocking_the_loop(
+    store: TranscriptStore, tmp_path: Path, slow_writes: None
+) -> None:
+    """The pending user entry, the whole text of a result the summary request cuts short, the
+    boundary and the summary: four slow writes, none of them on the loop."""
+    store.append("s", "u0", None, Message(role="user", content=[TextBlock(text="run it")]))
+    call = ToolUseBlock(id="t1", name="Bash", input={"command": "x"})
+    store.append("s", "a0", "u0", Message(role="assistant", content=[call]))
+    big = ToolResultBlock(tool_use_id="t1", content="output line\n" * 2_000)
+    pending = PendingUser(
+        uuid="u1", parent_uuid="a0", results=[ToolResultRef(tool_use_id="t1", inline=big)]
+    )
+    req = CompactInput(
+        session_id="s", parent_uuid="a0", pending=pending,
+        config=QueryConfig(workspace=str(tmp_path)),
+        request=REQUEST.model_copy(update={"result_budget_tokens": 1_000}),
+        boundary_uuid="b", summary_uuid="sum", trigger="auto", pre_tokens=10_000,
+    )  # fmt: skip
+    with ReplayServer([text_turn("<summary>ran it</summary>")]) as server:
+        compaction = CompactionActivities(ModelActivities(store, replay_client_factory(server)))
+        run = ActivityEnvironment().run(compaction.autocompact, req)
+        out, gap = await largest_gap(run)
+    assert gap < RESPONSIVE, f"the event loop stalled for {gap:.2f}s"
+    assert out.summary_uuid == "sum"
+    assert [e.uuid for e in store.chain("s", "sum")] == ["u0", "a0", "u1", "b", "sum"]
+    assert store.overflow_path("s", "t1").read_text() == big.text()
 
 
 def stop_hook(workspace: Path) -> None:
