@@ -203,7 +203,8 @@ def test_commands_without_a_server_explain(tmp_path, args):
 
 
 def test_tool_concurrency_comes_from_the_environment(tmp_path, monkeypatch):
-    from durable_agent.cli import CliError, build_config, parser
+    from durable_agent.cli.args import build_config, parser
+    from durable_agent.cli.errors import CliError
 
     args = parser().parse_args(["run", "x"])
     monkeypatch.setenv("DURABLE_AGENT_MAX_TOOL_USE_CONCURRENCY", "3")
@@ -216,7 +217,7 @@ def test_tool_concurrency_comes_from_the_environment(tmp_path, monkeypatch):
 
 
 def test_every_run_option_reaches_the_config(tmp_path):
-    from durable_agent.cli import build_config, parser
+    from durable_agent.cli.args import build_config, parser
 
     args = parser().parse_args([
         "run", "x", "--model", "m", "--max-turns", "3", "--fallback-model", "f", "--unattended",

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent import commands, watching, wiring
-from durable_agent.cli import CliError, parser
+from durable_agent import wiring
+from durable_agent.cli import CliError, commands, parser, watching
 from durable_agent.devserver import DevServerInfo
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
 from tests.faults.harness import wait_for

@@ -12,12 +12,21 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent.cli import EXIT_DETACHED, CliError, install_interrupt, new_session_id
-from durable_agent.console import Console
-from durable_agent.engine.contracts import PromptRequest, SessionInput
+from durable_agent.cli.connect import connect
+from durable_agent.cli.console import Console
+from durable_agent.cli.errors import EXIT_DETACHED, CliError
+from durable_agent.cli.reconnect import riding_out
+from durable_agent.cli.serving import prepared, serving
+from durable_agent.cli.sessions import find_session, new_session_id, new_session_queue, session_memo
+from durable_agent.cli.watching import idle_hint, install_interrupt, watch
+from durable_agent.engine.contracts import (
+    PromptAccepted,
+    PromptRequest,
+    SessionInput,
+    SessionStatus,
+)
 from durable_agent.engine.state import QueryConfig, QueryResult
-from durable_agent.reconnect import riding_out
-from durable_agent.watching import idle_hint, watch
+from durable_agent.names import Queries, Signals, Updates, Workflows
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 
@@ -55,25 +64,21 @@ async def chat(
 ) -> int:
     """Chat in `session_id`: started on `task_queue` with `memo` when memo is given, else the
     running session of that id."""
-    from workflows.query import QueryWorkflow
-    from workflows.session import SessionWorkflow
-
     if memo is not None:
         handle = await client.start_workflow(
-            SessionWorkflow.run,
+            Workflows.SESSION,
             SessionInput(session_id=session_id, config=config),
             id=session_id,
             task_queue=task_queue,
             static_summary="chat",
             memo=memo,
+            result_type=SessionStatus,
         )
     else:
-        handle = client.get_workflow_handle_for(SessionWorkflow.run, session_id)
+        handle = client.get_workflow_handle(session_id, result_type=SessionStatus)
     console.info(f"session {session_id}: one prompt per line; /exit or end of input to finish")
     detached = asyncio.Event()
-    install_interrupt(
-        lambda: asyncio.ensure_future(handle.signal(SessionWorkflow.interrupt)), detached.set
-    )
+    install_interrupt(lambda: asyncio.ensure_future(handle.signal(Signals.INTERRUPT)), detached.set)
     while not detached.is_set():
         line = await read_line("› ")
         if line is None or line.strip() in EXIT_WORDS:
@@ -84,7 +89,9 @@ async def chat(
         update_id = f"prompt-{uuid.uuid4()}"  # the same id on a retry: sent once, not twice
 
         def submit(request: PromptRequest = request, update_id: str = update_id) -> Any:
-            return handle.execute_update(SessionWorkflow.submit_prompt, request, id=update_id)
+            return handle.execute_update(
+                Updates.SUBMIT_PROMPT, request, id=update_id, result_type=PromptAccepted
+            )
 
         try:
             accepted = await riding_out(submit, console, session_id)
@@ -93,7 +100,7 @@ async def chat(
             continue
         except RPCError as exc:
             raise CliError(f"session {session_id} is not running: {exc.message}") from exc
-        child = client.get_workflow_handle_for(QueryWorkflow.run, accepted.query_workflow_id)
+        child = client.get_workflow_handle(accepted.query_workflow_id, result_type=QueryResult)
         outcome = riding_out(functools.partial(query_result, child), console, session_id)
         result = await watch(outcome, child, console, detached, *idle_hint(task_queue))
         if result is None:
@@ -102,20 +109,12 @@ async def chat(
     if detached.is_set():
         console.info(f"detached; the session goes on: durable-agent tail {session_id}")
         return EXIT_DETACHED
-    await riding_out(lambda: handle.signal(SessionWorkflow.close), console, session_id)
+    await riding_out(lambda: handle.signal(Signals.CLOSE), console, session_id)
     await riding_out(handle.result, console, session_id)
     return 0
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:
-    from durable_agent.commands import (
-        find_session,
-        new_session_queue,
-        prepared,
-        serving,
-        session_memo,
-    )
-
     console = Console(args.output_format)
     if args.session is None:
         session_id = new_session_id()
@@ -132,16 +131,12 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
 async def cmd_tail(args: argparse.Namespace) -> int:
     """Follow the prompt running in a session until it ends."""
-    from durable_agent.commands import connect
-    from workflows.query import QueryWorkflow
-    from workflows.session import SessionWorkflow
-
     console = Console("text")
     client = await connect(console, start_server=False)
-    handle = client.get_workflow_handle_for(SessionWorkflow.run, args.session_id)
+    handle = client.get_workflow_handle(args.session_id, result_type=SessionStatus)
     try:
         status = await riding_out(
-            lambda: asyncio.wait_for(handle.query(SessionWorkflow.status), 10),
+            lambda: asyncio.wait_for(handle.query(Queries.STATUS, result_type=SessionStatus), 10),
             console,
             args.session_id,
         )
@@ -154,7 +149,7 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         if status.last_result is not None:
             console.result(args.session_id, status.last_result)
         return 0
-    child = client.get_workflow_handle_for(QueryWorkflow.run, status.running_query_id)
+    child = client.get_workflow_handle(status.running_query_id, result_type=QueryResult)
     detached = asyncio.Event()
     install_interrupt(detached.set, detached.set)
     outcome = riding_out(child.result, console, args.session_id)

@@ -10,8 +10,8 @@ from typing import TypeVar
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent.cli import CliError
-from durable_agent.console import Console
+from durable_agent.cli.console import Console
+from durable_agent.cli.errors import CliError
 
 T = TypeVar("T")
 

@@ -1,43 +1,24 @@
-"""`durable-agent`: run prompts as durable Temporal workflows, watch and steer them."""
+"""The command line: the parser, its validators, and the QueryConfig it builds."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
-import sys
-import uuid
-from datetime import datetime
 from pathlib import Path
 
 from durable_agent import __version__
-from durable_agent.console import FORMATS, fail
+from durable_agent.cli.console import FORMATS
+from durable_agent.cli.errors import CliError
 from durable_agent.engine.budget import parse_amount
 from durable_agent.engine.state import (
     DEFAULT_MODEL,
     TOOL_CONCURRENCY_ENV,
     EagerTools,
     QueryConfig,
-    Terminal,
 )
 
-EXIT_USAGE = 2
-EXIT_STOPPED = 1
-EXIT_DETACHED = 130
 
-
-class CliError(Exception):
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
-
-
-def new_session_id() -> str:
-    return f"session-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-
-
-def _workspace(raw: str) -> Path:
+def workspace_dir(raw: str) -> Path:
     path = Path(raw).expanduser()
     if not path.exists():
         raise CliError(
@@ -289,49 +270,3 @@ def _query_options(p: argparse.ArgumentParser) -> None:
         type=_positive,
         help="total token budget, sent as the API's task budget after compactions",
     )
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    if args.command is None:
-        parser().print_help()
-        sys.exit(EXIT_USAGE)
-    from durable_agent import commands  # heavy imports (temporalio, anthropic) only when needed
-
-    try:
-        code = asyncio.run(commands.dispatch(args))
-    except CliError as exc:
-        code = fail(str(exc), exc.hint)
-    except KeyboardInterrupt:
-        code = EXIT_DETACHED
-    hard_exit(code)
-
-
-def hard_exit(code: int) -> None:
-    """Exit without interpreter finalization, where the SDK's native layer can abort the process
-    (DESIGN.md §5: SIGABRT/SIGSEGV at exit); everything is flushed first."""
-    from durable_agent import telemetry
-
-    telemetry.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def exit_code(terminal: Terminal) -> int:
-    return 0 if terminal == Terminal.COMPLETED else EXIT_STOPPED
-
-
-def install_interrupt(on_first: object, on_second: object) -> None:
-    """First Ctrl-C interrupts the prompt; the second detaches (the session keeps running)."""
-    loop = asyncio.get_running_loop()
-    presses = {"n": 0}
-
-    def handler() -> None:
-        presses["n"] += 1
-        (on_first if presses["n"] == 1 else on_second)()  # type: ignore[operator]
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, handler)
-    except (NotImplementedError, RuntimeError):
-        pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -12,13 +13,34 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from durable_agent import telemetry
-from durable_agent.cli import EXIT_DETACHED, CliError, exit_code, install_interrupt, new_session_id
-from durable_agent.console import Console
-from durable_agent.engine.contracts import SessionInput
-from durable_agent.engine.state import ProgressEvent, QueryConfig
-from durable_agent.reconnect import is_outage, riding_out
+from durable_agent.cli.console import Console
+from durable_agent.cli.errors import EXIT_DETACHED, EXIT_STOPPED, CliError
+from durable_agent.cli.reconnect import is_outage, riding_out
+from durable_agent.cli.sessions import new_session_id, query_workflow_id
+from durable_agent.engine.contracts import SessionInput, SessionStatus
+from durable_agent.engine.state import ProgressEvent, QueryConfig, Terminal
+from durable_agent.names import Queries, Signals, Workflows
 
 T = TypeVar("T")
+
+
+def exit_code(terminal: Terminal) -> int:
+    return 0 if terminal == Terminal.COMPLETED else EXIT_STOPPED
+
+
+def install_interrupt(on_first: object, on_second: object) -> None:
+    """First Ctrl-C interrupts the prompt; the second detaches (the session keeps running)."""
+    loop = asyncio.get_running_loop()
+    presses = {"n": 0}
+
+    def handler() -> None:
+        presses["n"] += 1
+        (on_first if presses["n"] == 1 else on_second)()  # type: ignore[operator]
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, handler)
+    except (NotImplementedError, RuntimeError):
+        pass
 
 
 def idle_hint(task_queue: str) -> tuple[str, float]:
@@ -40,7 +62,7 @@ async def run_prompt(
     memo: dict[str, Any] | None = None,
 ) -> int:
     """Start a one-prompt session on `task_queue` (with `memo`: where it runs, see
-    commands.session_memo), show its progress, print its result."""
+    sessions.session_memo), show its progress, print its result."""
 
     session_id = session_id or new_session_id()
     with telemetry.tracer().start_as_current_span("invoke_agent durable-agent") as span:
@@ -61,10 +83,8 @@ async def _run_session(
     session_id: str,
     memo: dict[str, Any] | None = None,
 ) -> int:
-    from workflows.session import SessionWorkflow
-
     await client.start_workflow(
-        SessionWorkflow.run,
+        Workflows.SESSION,
         SessionInput(
             session_id=session_id, config=config, initial_prompt=prompt, close_when_idle=True
         ),
@@ -72,21 +92,20 @@ async def _run_session(
         task_queue=task_queue,
         static_summary=prompt[:200],
         memo=memo,
+        result_type=SessionStatus,
     )
     return await watch_session(client, console, session_id, task_queue)
 
 
 async def watch_session(client: Client, console: Console, session_id: str, task_queue: str) -> int:
     """Follow a one-prompt session (`run`, `resume`) to its end; the exit code of `run`."""
-    from workflows.session import SessionWorkflow, query_workflow_id
-
-    handle = client.get_workflow_handle_for(SessionWorkflow.run, session_id)
+    handle = client.get_workflow_handle(session_id, result_type=SessionStatus)
     console.info(f"session {session_id} (Ctrl-C interrupts; twice detaches)")
     detached = asyncio.Event()
 
     def interrupt() -> None:
         console.info("interrupting…")
-        asyncio.ensure_future(handle.signal(SessionWorkflow.interrupt))
+        asyncio.ensure_future(handle.signal(Signals.INTERRUPT))
 
     install_interrupt(interrupt, detached.set)
     child = client.get_workflow_handle(query_workflow_id(session_id, 1))
@@ -151,7 +170,7 @@ async def _started(child: WorkflowHandle[Any, Any]) -> bool:
 
 async def _show_events(child: WorkflowHandle[Any, Any], console: Console, since: int) -> int:
     try:
-        events = await child.query("progress", since, result_type=list[ProgressEvent])
+        events = await child.query(Queries.PROGRESS, since, result_type=list[ProgressEvent])
     except RPCError:
         return since  # not started yet
     except Exception:  # noqa: BLE001 — a failed query must not end the watch

@@ -1,0 +1,69 @@
+"""`durable-agent`: run prompts as durable Temporal workflows, watch and steer them.
+
+The package's layers, each importing only the ones below it (tests/test_cli_imports.py):
+
+- this module: `main` (parse, dispatch to the command's module), `hard_exit`;
+- the commands: `commands` (run, resume, demo, server, status, interrupt, list), `chat`
+  (chat, tail);
+- what the commands share: `serving` (config, client and in-process worker for a command),
+  `watching` (following a prompt), `connect`, `sessions` (ids, task queues, memo),
+  `reconnect` (riding out an outage), `args` (parser and QueryConfig), `console`, `errors`.
+
+A command's module is imported only when it runs, and none imports `workflows/` (the CLI names
+workflows, signals, queries and updates by the constants of durable_agent.names); the worker's
+modules (activities, anthropic, temporalio.worker) are imported only by a command that runs one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from argparse import Namespace
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from durable_agent.cli.args import build_config, parser
+from durable_agent.cli.console import fail
+from durable_agent.cli.errors import EXIT_DETACHED, EXIT_USAGE, CliError
+
+__all__ = ["CliError", "build_config", "hard_exit", "main", "parser"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.command is None:
+        parser().print_help()
+        sys.exit(EXIT_USAGE)
+    try:
+        code = asyncio.run(command(args.command)(args))
+    except CliError as exc:
+        code = fail(str(exc), exc.hint)
+    except KeyboardInterrupt:
+        code = EXIT_DETACHED
+    hard_exit(code)
+
+
+def command(name: str) -> Callable[[Namespace], Coroutine[Any, Any, int]]:
+    """The command's coroutine function, importing only its own module (and what that needs)."""
+    if name in ("chat", "tail"):
+        from durable_agent.cli import chat
+
+        return chat.cmd_chat if name == "chat" else chat.cmd_tail
+    from durable_agent.cli import commands
+
+    found = commands.COMMANDS.get(name)
+    if found is None:
+        raise CliError(f"unknown command {name}")
+    return found
+
+
+def hard_exit(code: int) -> None:
+    """Exit without interpreter finalization, where the SDK's native layer can abort the process
+    (DESIGN.md §5: SIGABRT/SIGSEGV at exit); everything is flushed first."""
+    from durable_agent import telemetry
+
+    telemetry.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,293 @@
+"""The commands run, resume, demo, server, status, interrupt and list (chat and tail: chat.py);
+imported only when one of them runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from durable_agent.cli.connect import connect, require_api_key
+from durable_agent.cli.console import Console, result_details
+from durable_agent.cli.errors import CliError
+from durable_agent.cli.reconnect import riding_out
+from durable_agent.cli.serving import prepared, serving
+from durable_agent.cli.sessions import (
+    find_session,
+    new_session_id,
+    new_session_queue,
+    session_memo,
+    state_name,
+    worker_hint,
+)
+from durable_agent.cli.watching import run_prompt, watch_session
+from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
+from durable_agent.engine.contracts import SessionStatus
+from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryConfig, QueryResult
+from durable_agent.names import Queries, Signals, Workflows
+from durable_agent.paths import state_home
+
+__all__ = ["COMMANDS", "new_session_queue"]  # new_session_queue: the tests reach it here
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DEMO_WORKSPACE = EXAMPLES / "demo-workspace"
+DEMO_CASSETTE = EXAMPLES / "demo.jsonl"
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    console = Console(args.output_format)
+    if not args.prompt.strip():
+        raise CliError("the prompt is empty", 'durable-agent run "what to do"')
+    if len(args.prompt) > MAX_PROMPT_CHARS:
+        raise CliError(
+            f"the prompt has {len(args.prompt):,} characters (at most {MAX_PROMPT_CHARS:,})",
+            "put long material in a file in the workspace and ask the agent to read it",
+        )
+    if args.record and args.no_worker:
+        raise CliError("--record needs the worker in this process", "drop --no-worker")
+    record = Path(args.record) if args.record else None
+    session_id = new_session_id()
+    task_queue = new_session_queue(args, session_id)
+    async with prepared(args, console, task_queue, record) as (client, config):
+        memo = session_memo(task_queue, config, "run")
+        return await run_prompt(client, console, args.prompt, config, task_queue, session_id, memo)
+
+
+async def cmd_resume(args: argparse.Namespace) -> int:
+    """Pick a session up again on its own task queue, with this environment's API settings,
+    and follow it to its end."""
+    console = Console(args.output_format)
+    if not args.no_worker:
+        require_api_key()
+    client = await connect(console)
+    place = await find_session(client, args.session_id)
+    if place.memo.get("command") == "chat":
+        raise CliError(
+            f"session {args.session_id} is a chat",
+            f"durable-agent chat --session {args.session_id} picks it up",
+        )
+    async with serving(client, console, args.session_id, place, args.no_worker):
+        return await watch_session(client, console, args.session_id, place.task_queue)
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    import anthropic
+
+    from activities.model import ClientOptions
+    from durable_agent.replay import ReplayServer, load_cassette
+    from durable_agent.wiring import build_worker
+
+    console = Console(args.output_format)
+    if not DEMO_CASSETTE.exists() or not DEMO_WORKSPACE.is_dir():
+        raise CliError(f"the demo files are missing under {EXAMPLES}", "run from a full checkout")
+    tmp = Path(tempfile.mkdtemp(prefix="durable-agent-demo-"))
+    workspace = tmp / "workspace"
+    shutil.copytree(DEMO_WORKSPACE, workspace)
+    server = ReplayServer(load_cassette(DEMO_CASSETTE)).start()
+    console.info(f"demo workspace: {workspace}")
+    console.info(f"fake Messages API (replaying {DEMO_CASSETTE.name}) at {server.base_url}")
+    try:
+        client = await connect(console)
+        task_queue = f"durable-agent-demo-{uuid.uuid4().hex[:8]}"
+
+        def factory(_opts: ClientOptions) -> anthropic.AsyncAnthropic:
+            return anthropic.AsyncAnthropic(api_key="demo", base_url=server.base_url, max_retries=0)
+
+        config = QueryConfig(workspace=str(workspace), max_turns=20)
+        async with build_worker(client, task_queue, client_factory=factory):
+            code = await run_prompt(client, console, DEMO_PROMPT, config, task_queue)
+        if server.violations:
+            raise CliError(
+                "the demo's requests did not match the recording: " + "; ".join(server.violations)
+            )
+        console.info("what the agent changed:")
+        for line in workspace_diff(DEMO_WORKSPACE, workspace):
+            console.info(f"  {line}")
+        _demo_footer(console, client)
+        return code
+    finally:
+        server.stop()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def workspace_diff(before: Path, after: Path) -> list[str]:
+    """Unified diff of the text files the agent changed."""
+    out: list[str] = []
+    for new in sorted(p for p in after.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        rel = new.relative_to(after)
+        old = before / rel
+        old_lines = old.read_text(errors="replace").splitlines() if old.exists() else []
+        new_lines = new.read_text(errors="replace").splitlines()
+        out += difflib.unified_diff(old_lines, new_lines, f"a/{rel}", f"b/{rel}", lineterm="")
+    return out
+
+
+DEMO_PROMPT = "The tests in this project fail. Find the bug, fix it, and run the tests."
+
+
+def _demo_footer(console: Console, client: Client) -> None:
+    target = client.service_client.config.target_host
+    info = running(state_home())
+    console.info(f"history: uv run temporal workflow list --address {target}")
+    if info is not None:
+        console.info(f"Web UI: {info.ui_url}")
+
+
+async def cmd_server(args: argparse.Namespace) -> int:
+    home = state_home()
+    if args.stop:
+        print(
+            "stopped" if stop_dev_server(home) else "no dev server was running for this state dir"
+        )
+        return 0
+    try:
+        info, started = ensure_dev_server(home)
+    except DevServerError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"{'started' if started else 'running'}: Temporal dev server at {info.address}")
+    print(f"Web UI: {info.ui_url}")
+    print(f"data: {info.db_path}")
+    return 0
+
+
+STATUS_PATIENCE = 60.0
+"""Seconds `status` waits for an unreachable server."""
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    console = Console()
+    client = await connect(console, start_server=False)
+    handle = client.get_workflow_handle(args.session_id, result_type=SessionStatus)
+    try:
+        # A one-shot look: rides out a short outage (a server restart), not a long one.
+        desc = await riding_out(handle.describe, console, args.session_id, STATUS_PATIENCE)
+    except RPCError as exc:
+        raise CliError(
+            f"no session {args.session_id}: {exc.message}", "durable-agent list shows sessions"
+        ) from exc
+    try:
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            # no worker needed for a finished session
+            status = await riding_out(handle.result, console, args.session_id, STATUS_PATIENCE)
+        else:
+            status = await riding_out(
+                lambda: asyncio.wait_for(
+                    handle.query(Queries.STATUS, result_type=SessionStatus), 10
+                ),
+                console,
+                args.session_id,
+                STATUS_PATIENCE,
+            )
+    except TimeoutError as exc:
+        if failing := await failing_task(client, args.session_id):
+            raise CliError(failing, "the worker's log has the whole error") from exc
+        raise CliError(
+            f"session {args.session_id} is {state_name(desc.status)} but no worker answers for it",
+            worker_hint(args.session_id, desc.task_queue),
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 — failed/terminated sessions have no status to show
+        if failing := await failing_task(client, args.session_id):
+            raise CliError(failing, "the worker's log has the whole error") from exc
+        raise CliError(f"session {args.session_id} is {state_name(desc.status)}: {exc}") from exc
+    if args.output_format == "json":
+        print(status.model_dump_json(indent=2))
+        return 0
+    print(f"session {status.session_id}: {state_name(desc.status)}, {status.queries} prompt(s)")
+    for workflow_id in (args.session_id, status.running_query_id):
+        if workflow_id and (failing := await failing_task(client, workflow_id)):
+            print(failing)
+    if status.running_query_id:
+        print(f"running: {status.running_query_id}")
+    if status.last_result is not None:
+        _print_result(status.last_result)
+    if status.last_error:
+        print(f"last error: {status.last_error}")
+    return 0
+
+
+async def failing_task(client: Client, workflow_id: str) -> str | None:
+    """One line when the workflow's task keeps failing (a bug, or code that no longer matches
+    its history): it is not progressing, and retries until a fixed worker takes it."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+        raw = desc.raw_description
+        if not raw.HasField("pending_workflow_task") or raw.pending_workflow_task.attempt < 2:
+            return None
+        attempt = raw.pending_workflow_task.attempt
+        reverse = await client.workflow_service.get_workflow_execution_history_reverse(
+            GetWorkflowExecutionHistoryReverseRequest(
+                namespace=client.namespace,
+                execution=WorkflowExecution(workflow_id=workflow_id),
+                maximum_page_size=100,
+            )
+        )
+    except RPCError:
+        return None
+    why = next(
+        (
+            e.workflow_task_failed_event_attributes.failure.message
+            for e in reverse.history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ),
+        "",
+    )
+    first_line = why.strip().splitlines()[0] if why.strip() else "no reason recorded"
+    return (
+        f"{workflow_id}: its workflow task is failing (attempt {attempt}): {first_line} "
+        "— it is stuck until a fixed worker runs it"
+    )
+
+
+def _print_result(result: QueryResult) -> None:
+    print(
+        f"last prompt: {result.terminal.value} after {result.turn_count} turn(s)"
+        + (f" — {result.message}" if result.message else "")
+    )
+    for line in result_details(result):
+        print(line)
+
+
+async def cmd_interrupt(args: argparse.Namespace) -> int:
+    client = await connect(Console(), start_server=False)
+    try:
+        await client.get_workflow_handle(args.session_id).signal(Signals.INTERRUPT)
+    except RPCError as exc:
+        raise CliError(f"cannot interrupt {args.session_id}: {exc.message}") from exc
+    print(f"interrupt sent to {args.session_id}")
+    return 0
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    client = await connect(Console(), start_server=False)
+    count = 0
+    async for wf in client.list_workflows(f'WorkflowType="{Workflows.SESSION}"', limit=50):
+        status = wf.status.name.lower() if isinstance(wf.status, WorkflowExecutionStatus) else "?"
+        print(f"{wf.id}  {status:<11} {wf.start_time:%Y-%m-%d %H:%M:%S}")
+        count += 1
+    if count == 0:
+        print("no sessions yet")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
+    "run": cmd_run,
+    "resume": cmd_resume,
+    "demo": cmd_demo,
+    "server": cmd_server,
+    "status": cmd_status,
+    "interrupt": cmd_interrupt,
+    "list": cmd_list,
+}

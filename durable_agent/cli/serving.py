@@ -1,0 +1,87 @@
+"""What a command that starts or serves a session sets up: its config, a Temporal client and,
+unless --no-worker, a worker in this process. Only a worker imports the worker's modules
+(durable_agent.wiring: workflows, activities, anthropic, temporalio.worker)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from durable_agent.cli.args import build_config, workspace_dir
+from durable_agent.cli.connect import connect, require_api_key
+from durable_agent.cli.console import Console
+from durable_agent.cli.errors import CliError
+from durable_agent.cli.sessions import SessionPlace, api_endpoint, check_endpoint
+from durable_agent.engine.state import QueryConfig
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    client: Client, console: Console, session_id: str, place: SessionPlace, no_worker: bool
+) -> AsyncIterator[None]:
+    """A worker in this process on an existing session's queue (unless --no-worker), with this
+    environment's ANTHROPIC_* settings."""
+    task_queue = place.task_queue
+    if no_worker:
+        console.info(f"following session {session_id}; a worker on {task_queue!r} must serve it")
+        yield
+        return
+    from durable_agent.wiring import build_worker
+
+    check_endpoint(console, session_id, place)
+    async with build_worker(client, task_queue):
+        console.info(f"resuming session {session_id} on task queue {task_queue!r}")
+        yield
+
+
+@contextlib.asynccontextmanager
+async def prepared(
+    args: argparse.Namespace,
+    console: Console,
+    task_queue: str | None,
+    record: Path | None = None,
+) -> AsyncIterator[tuple[Client, QueryConfig]]:
+    """Config from the options, a Temporal client, and (unless --no-worker) a worker in this
+    process on `task_queue` for the duration (None: the client only, for the caller to find
+    the queue)."""
+    config = build_config(args, workspace_dir(args.workspace))
+    if not args.no_worker:
+        require_api_key()
+    client = await connect(console)
+    async with AsyncExitStack() as stack:
+        if not args.no_worker and task_queue is not None:
+            from activities.model import default_client
+            from durable_agent.wiring import build_worker
+
+            factory = default_client
+            if record is not None:
+                factory = _recording(stack, record, console)
+            await stack.enter_async_context(
+                build_worker(client, task_queue, client_factory=factory)
+            )
+        yield client, config
+
+
+def _recording(stack: AsyncExitStack, cassette: Path, console: Console) -> Any:
+    """Send the model calls through a recording proxy (the run is on its own task queue, so
+    no other worker, which would not record, takes it)."""
+    from activities.model import ClientOptions, default_client
+    from durable_agent.replay.record import RecordingProxy
+
+    if cassette.exists():
+        raise CliError(f"{cassette} exists already", "choose a new file for --record")
+    proxy = RecordingProxy(cassette, api_endpoint()).start()
+    stack.callback(proxy.stop)
+    console.info(f"recording the model calls to {cassette}")
+
+    def factory(opts: ClientOptions) -> Any:
+        return default_client(dataclasses.replace(opts, base_url=proxy.base_url))
+
+    return factory
