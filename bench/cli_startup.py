@@ -2,13 +2,24 @@
 
 One dev server is started for a temporary $DURABLE_AGENT_HOME (as `durable-agent server` would;
 the CLI finds it there, no TEMPORAL_ADDRESS) and one ReplayServer answers every request with a
-short text turn. `durable-agent run` then runs --repeats times, one after another; each run is
-timed from just before its process starts to the ReplayServer receiving its first request
-(and, for reference, to the process's exit). The floor, measured in the same run the same
-number of times, is a bare interpreter importing what any Temporal client needs:
-`python -c "import temporalio.client"`. Medians and their ratio are printed.
+short text turn. Each series runs --repeats times, interleaved, one process after another:
 
-    uv run python bench/cli_startup.py [--repeats 5]
+- run: `durable-agent run` with its worker in the process (the default);
+- no-worker: `durable-agent run --no-worker`, a `python worker.py` already serving the shared
+  queue (the CLI needs no anthropic, activities or temporalio.worker then);
+- floor: a bare interpreter importing what any Temporal client needs,
+  `python -c "import temporalio.client"`;
+- anthropic: `python -c "import anthropic"`, what the in-process worker cannot do without.
+
+A run is timed from just before its process starts to the ReplayServer receiving its first
+request (and to the process's exit). Medians are printed, with the ratio to the floor.
+
+Python's bytecode cache is on (in a temporary PYTHONPYCACHEPREFIX, filled by a warm-up round),
+as for a user from the second run on, even where PYTHONDONTWRITEBYTECODE is set; --as-is
+keeps the environment's setting (without bytecode every import compiles its source: about twice
+the time).
+
+    uv run python bench/cli_startup.py [--repeats 5] [--as-is]
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from durable_agent.devserver import ensure_dev_server, stop_dev_server  # noqa: 
 from durable_agent.replay import ReplayServer, Turn, text_turn  # noqa: E402
 
 FLOOR = [sys.executable, "-c", "import temporalio.client"]
+ANTHROPIC = [sys.executable, "-c", "import anthropic"]
 
 
 def cli_command() -> list[str]:
@@ -68,46 +80,93 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]
     return start, time.monotonic() - start
 
 
+def start_worker(env: dict[str, str]) -> subprocess.Popen[str]:
+    """`python worker.py` on the shared queue of `env`, once it says it is up."""
+    proc = subprocess.Popen(
+        [sys.executable, "worker.py"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "worker on task queue" not in line:
+        proc.kill()
+        raise SystemExit(f"worker.py did not start: {line}{proc.stdout.read()[-2000:]}")
+    return proc
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--as-is", action="store_true", help="keep the bytecode settings")
     opts = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="cli-startup-"))
     home, workspace = tmp / "home", tmp / "ws"
     workspace.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TEMPORAL_"))}
-    env.pop("DURABLE_AGENT_TASK_QUEUE", None)
-    env.update(DURABLE_AGENT_HOME=str(home), ANTHROPIC_API_KEY="bench")
+    env.update(
+        DURABLE_AGENT_HOME=str(home),
+        ANTHROPIC_API_KEY="bench",
+        DURABLE_AGENT_TASK_QUEUE=f"bench-{os.getpid()}",  # for --no-worker and worker.py
+    )
+    if not opts.as_is:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
     script = FirstRequest()
     info, _ = ensure_dev_server(home)
-    firsts: list[float] = []
-    exits: list[float] = []
-    floors: list[float] = []
+    cli = [*cli_command(), "run", "say done", "--workspace", str(workspace)]
+    series: dict[str, list[float]] = {}
+    exits: dict[str, list[float]] = {}
+    worker = None
     try:
         with ReplayServer(script) as server:
             env["ANTHROPIC_BASE_URL"] = server.base_url
-            cmd = [*cli_command(), "run", "say done", "--workspace", str(workspace)]
-            timed(cmd, env, ROOT)  # warm-up: the dev server's first workflows, the OS caches
-            for _ in range(opts.repeats):
-                _, floor = timed(FLOOR, env, ROOT)
-                floors.append(floor)
-                start, total = timed(cmd, env, ROOT)
-                first = script.first_after(start)
-                if first is None:
-                    raise SystemExit("the run made no model request")
-                firsts.append(first)
-                exits.append(total)
+            # `run` puts its session on a queue of its own unless DURABLE_AGENT_TASK_QUEUE is
+            # set: not for the default series.
+            own = {k: v for k, v in env.items() if k != "DURABLE_AGENT_TASK_QUEUE"}
+            worker = start_worker(env)
+            runs = {
+                "run": (cli, own),
+                "no-worker": ([*cli, "--no-worker"], env),
+            }
+            plain = {"floor": FLOOR, "anthropic": ANTHROPIC}
+            for round_ in range(opts.repeats + 1):  # round 0: warm-up (caches, first workflows)
+                for name, (cmd, run_env) in runs.items():
+                    start, total = timed(cmd, run_env, ROOT)
+                    first = script.first_after(start)
+                    if first is None:
+                        raise SystemExit(f"{name}: the run made no model request")
+                    if round_:
+                        series.setdefault(name, []).append(first)
+                        exits.setdefault(name, []).append(total)
+                for name, cmd in plain.items():
+                    _, total = timed(cmd, env, ROOT)
+                    if round_:
+                        series.setdefault(name, []).append(total)
     finally:
+        if worker is not None:
+            worker.kill()
+            worker.wait()
         stop_dev_server(home)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    first, total, floor = (statistics.median(x) for x in (firsts, exits, floors))
-    print(f"dev server {info.address}; {opts.repeats} runs of: {' '.join(cmd[:2])} …")
-    print(f"  run → first model request  median {first:.2f} s  ({_all(firsts)})")
-    print(f"  run → exit                 median {total:.2f} s  ({_all(exits)})")
-    print(f"  floor (import temporalio.client) median {floor:.2f} s  ({_all(floors)})")
-    print(f"  first request / floor      {first / floor:.1f}×")
+    floor = statistics.median(series["floor"])
+    bytecode = "as the environment has it" if opts.as_is else "on"
+    print(f"dev server {info.address}; {opts.repeats} rounds; bytecode cache {bytecode}")
+    for name, values in series.items():
+        what = "to first model request" if name in runs else "to exit"
+        median = statistics.median(values)
+        print(
+            f"  {name:<10} {what:<23} median {median:5.2f} s  {median / floor:4.1f}× floor"
+            f"  ({_all(values)})"
+        )
+        if name in exits:
+            print(f"  {'':<10} {'to exit':<23} median {statistics.median(exits[name]):5.2f} s")
 
 
 def _all(values: list[float]) -> str:

@@ -194,25 +194,6 @@ def test_a_command_without_a_worker_imports_no_worker_modules(cli_env, tmp_path,
     assert of(WORKER_MODULES + NEVER, modules) == set()
 
 
-def test_run_with_its_worker_imports_no_workflow_code_itself(cli_env, tmp_path):
-    """The in-process worker registers the workflows (wiring imports them); the CLI's own
-    modules do not: `import durable_agent.cli.commands` alone loads none of workflows/."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, json, durable_agent.cli.commands, durable_agent.cli.chat; "
-            "print(json.dumps(sorted(sys.modules)))",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert of(WORKER_MODULES + NEVER, set(json.loads(proc.stdout))) == set()
-
-
 async def test_what_the_cli_spells_itself_agrees_with_the_worker(dev_env, tmp_path, monkeypatch):
     """The CLI does not import workflows/ or wiring; the few things it must know of them are
     the same there."""
