@@ -78,9 +78,9 @@ def test_the_warning_is_shown_once():
 def test_three_consecutive_failures_trip_the_breaker():
     state = State(context_tokens=170_000)
     for _ in range(2):
-        state = compaction_failed(state)
+        state = compaction_failed(state, reactive=False)
         assert before_model_call(state, CFG) == PreCall.AUTOCOMPACT
-    state = compaction_failed(state)
+    state = compaction_failed(state, reactive=False)
     assert state.compaction.consecutive_failures == 3
     assert before_model_call(state, CFG) == PreCall.WARN  # no more compaction attempts
     assert (
@@ -90,7 +90,7 @@ def test_three_consecutive_failures_trip_the_breaker():
 
 
 def test_compaction_resets_tracking_and_charges_the_task_budget():
-    state = compaction_failed(State(context_tokens=170_000, collapsed_ids=("a",)))
+    state = compaction_failed(State(context_tokens=170_000, collapsed_ids=("a",)), reactive=False)
     cfg = QueryConfig(task_budget=300_000)
     first = model_request(state, cfg).task_budget
     assert first is not None and (first.total, first.remaining) == (300_000, None)

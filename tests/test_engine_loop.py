@@ -15,6 +15,7 @@ from durable_agent.engine.request import ModelRequest, build_request
 from durable_agent.engine.state import (
     OUTPUT_RECOVERY_MESSAGE,
     PendingUser,
+    Phase,
     QueryConfig,
     State,
     Terminal,
@@ -45,16 +46,12 @@ def out(stop="end_turn", tools=(), withheld=None, model="m", tokens=10):
 BEFORE = State(head_uuid="h", pending=PendingUser(uuid="p", parent_uuid="h", prompt="x"))
 
 
-def test_end_turn_completes_and_usage_is_kept_per_model():
+def test_end_turn_goes_to_the_stop_hooks_and_usage_is_kept_per_model():
     after = after_model_response(BEFORE, out(), CFG, "n")
-    assert (
-        after.terminal == Terminal.COMPLETED
-        and after.state.head_uuid == "a"
-        and after.state.pending is None
-    )
-    again = after_model_response(after.state, out(model="fallback", tokens=5), CFG, "n")
-    assert again.state.usage.input_tokens == 15
-    assert {k: v.input_tokens for k, v in again.state.usage_by_model.items()} == {
+    assert (after.phase, after.head_uuid, after.pending) == (Phase.STOPPING, "a", None)
+    again = after_model_response(after, out(model="fallback", tokens=5), CFG, "n")
+    assert again.usage.input_tokens == 15
+    assert {k: v.input_tokens for k, v in again.usage_by_model.items()} == {
         "m": 10,
         "fallback": 5,
     }
@@ -62,32 +59,30 @@ def test_end_turn_completes_and_usage_is_kept_per_model():
 
 def test_tool_use_runs_tools():
     after = after_model_response(BEFORE, out("tool_use", tools=["t"]), CFG, "n")
-    assert after.run_tools and after.terminal is None and after.state.head_uuid == "a"
+    assert after.phase == Phase.TOOLS and after.head_uuid == "a"
+    assert after.answer is not None and [c.id for c in after.answer.tool_calls] == ["t"]
 
 
 def test_max_tokens_escalates_once_then_recovers_three_times_then_errors():
     after = after_model_response(BEFORE, out("max_tokens"), CFG, "n1")
-    assert after.state.transition == Transition.MAX_OUTPUT_TOKENS_ESCALATE
-    assert after.state.max_tokens_override == 64_000
-    assert (after.state.head_uuid, after.state.pending) == (
-        "h",
-        BEFORE.pending,
-    )  # same request again
-    state = after.state
+    assert after.transition == Transition.MAX_OUTPUT_TOKENS_ESCALATE
+    assert after.max_tokens_override == 64_000 and after.phase == Phase.TURN
+    assert (after.head_uuid, after.pending) == ("h", BEFORE.pending)  # same request again
+    state = after
     for n in range(1, 4):
-        step = after_model_response(state, out("max_tokens"), CFG, f"r{n}")
-        assert (
-            step.state.transition == Transition.MAX_OUTPUT_TOKENS_RECOVERY and step.terminal is None
-        )
-        assert step.state.pending == PendingUser(
+        state = after_model_response(state, out("max_tokens"), CFG, f"r{n}")
+        assert state.transition == Transition.MAX_OUTPUT_TOKENS_RECOVERY
+        assert state.phase == Phase.TURN
+        assert state.pending == PendingUser(
             uuid=f"r{n}", parent_uuid="a", prompt=OUTPUT_RECOVERY_MESSAGE
         )
-        assert step.state.output_recoveries == n
-        state = step.state
+        assert state.output_recoveries == n
     last = after_model_response(state, out("max_tokens"), CFG, "x")
-    assert last.terminal == Terminal.MODEL_ERROR and "output token limit" in last.message
+    assert last.phase == Phase.ENDED and last.ending is not None
+    assert last.ending.terminal == Terminal.MODEL_ERROR
+    assert "output token limit" in last.ending.message
     assert (
-        list(last.state.transitions)
+        list(last.transitions)
         == [Transition.MAX_OUTPUT_TOKENS_ESCALATE] + [Transition.MAX_OUTPUT_TOKENS_RECOVERY] * 3
     )
 
@@ -95,30 +90,30 @@ def test_max_tokens_escalates_once_then_recovers_three_times_then_errors():
 def test_a_new_turn_gets_its_own_output_limit_recoveries():
     state = BEFORE
     for n in range(4):  # the escalation, then the three recovery messages of turn 1
-        state = after_model_response(state, out("max_tokens"), CFG, f"r{n}").state
+        state = after_model_response(state, out("max_tokens"), CFG, f"r{n}")
     assert state.output_recoveries == 3 and state.max_tokens_override == 64_000
     tools = after_model_response(state, out("tool_use", tools=["t"]), CFG, "n")
-    turn2 = tools.state.next(Transition.NEXT_TURN, turn_count=2)
+    turn2 = tools.next(Transition.NEXT_TURN, turn_count=2)
     assert turn2.output_recoveries == 0 and turn2.max_tokens_override is None
     again = after_model_response(turn2, out("max_tokens"), CFG, "n2")
-    assert again.state.transition == Transition.MAX_OUTPUT_TOKENS_ESCALATE
-    recovered = after_model_response(again.state, out("max_tokens"), CFG, "n3")
-    assert recovered.terminal is None and recovered.state.output_recoveries == 1
+    assert again.transition == Transition.MAX_OUTPUT_TOKENS_ESCALATE
+    recovered = after_model_response(again, out("max_tokens"), CFG, "n3")
+    assert recovered.phase == Phase.TURN and recovered.output_recoveries == 1
 
 
 def test_no_escalation_when_the_cap_is_already_high():
     after = after_model_response(
         BEFORE, out("max_tokens"), QueryConfig(max_output_tokens=64_000), "n"
     )
-    assert after.state.transition == Transition.MAX_OUTPUT_TOKENS_RECOVERY
+    assert after.transition == Transition.MAX_OUTPUT_TOKENS_RECOVERY
 
 
 def test_pause_turn_continues_and_refusal_ends():
     paused = after_model_response(BEFORE, out("pause_turn"), CFG, "n")
-    assert paused.terminal is None and not paused.run_tools
-    assert paused.state.transition == Transition.NEXT_TURN and paused.state.pending is None
+    assert paused.phase == Phase.NEXT_TURN and paused.pending is None
     refused = after_model_response(BEFORE, out("refusal"), CFG, "n")
-    assert refused.terminal == Terminal.MODEL_ERROR and "refusal" in refused.message
+    assert refused.ending is not None and refused.ending.terminal == Terminal.MODEL_ERROR
+    assert "refusal" in refused.ending.message
 
 
 def test_withheld_errors_go_to_recovery():
@@ -129,10 +124,8 @@ def test_withheld_errors_go_to_recovery():
         max_tokens=4,
     )
     after = after_model_response(BEFORE, out(stop=None, withheld=w), CFG, "n")
-    assert after.withheld == w and after.terminal is None and not after.run_tools
-    assert (
-        after.state.head_uuid == "h" and after.state.pending == BEFORE.pending
-    )  # same request next
+    assert after.phase == Phase.RECOVER and after.withheld == w
+    assert after.head_uuid == "h" and after.pending == BEFORE.pending  # same request next
 
 
 def entry(uuid, parent, role, *blocks):

@@ -1,23 +1,20 @@
-"""QueryWorkflow: one prompt → Terminal. The reference engine's `while True` query loop."""
+"""QueryWorkflow: one prompt → Terminal. The reference engine's `while True` query loop: the
+engine decides each step (`durable_agent.engine.steps.decide`), this workflow runs it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from temporalio import workflow
-from temporalio.exceptions import (
-    ActivityError,
-    CancelledError,
-)
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.context import estimate_text_tokens
     from durable_agent.engine.contracts import (
         AppendEntryInput,
         CallModelInput,
-        CallModelOutput,
         CompactInput,
         PlanCollapseInput,
         QueryInput,
@@ -27,45 +24,42 @@ with workflow.unsafe.imports_passed_through():
         StopHooksInput,
         ToolCall,
         ToolReady,
-        WithheldError,
     )
-    from durable_agent.engine.errors import FALLBACK_TRIGGERED
     from durable_agent.engine.loop import (
-        AfterStopHooks,
-        PreCall,
-        Recovery,
         after_compaction,
-        after_fallback,
         after_model_response,
         after_stop_hooks,
-        before_model_call,
-        budget_status,
         compaction_failed,
-        drain_target,
         model_request,
-        on_withheld,
         prepare_request,
-        thresholds,
         token_budget,
-        token_budget_continuation,
-        with_tool_results,
-        withheld_terminal,
+        tools_done,
     )
     from durable_agent.engine.state import (
         PendingUser,
+        Phase,
         ProgressEvent,
         ProgressKind,
-        QueryConfig,
         QueryResult,
         State,
         Terminal,
-        ToolResultRef,
         Transition,
+    )
+    from durable_agent.engine.steps import (
+        CallModel,
+        Compact,
+        ContinueAsNew,
+        DrainResults,
+        Facts,
+        Finish,
+        RunTools,
+        Step,
+        StopHooks,
+        decide,
     )
     from durable_agent.names import Queries, Signals, Workflows
     from workflows import activity_options as steps
 
-from workflows.batch_tools import run_tool_batches
 from workflows.failures import duration, error_text, error_type, model_error, tool_failure
 from workflows.streaming_tools import StreamingToolExecutor
 
@@ -97,18 +91,64 @@ after a bad deploy above all, keeps retrying, so that a fixed worker can carry t
 
 @workflow.defn(name=Workflows.QUERY, failure_exception_types=BUG_EXCEPTION_TYPES)
 class QueryWorkflow:
-    def __init__(self) -> None:
+    """The prompt's state is `self._state` alone (carried whole across continue-as-new); the
+    rest is what is in flight (activities, tool executors) and what the user sent (interrupt).
+    Handlers never hold a State across an await: a signal may have changed it meanwhile."""
+
+    @workflow.init
+    def __init__(self, inp: QueryInput) -> None:
+        self._inp = inp
+        self._cfg = inp.config
+        self._state = inp.state or State(
+            head_uuid=inp.parent_uuid,
+            pending=PendingUser(
+                uuid=str(workflow.uuid4()), parent_uuid=inp.parent_uuid, prompt=inp.prompt
+            ),
+            context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
+        )
         self._interrupted = False
         self._events: list[ProgressEvent] = []
         self._running: list[asyncio.Future[Any]] = []
         self._phase = "starting"
-        self._session_id = ""
-        self._next_event = 0
-        self._retries: dict[str, int] = {}
-        self._model = ""
-        self._config: QueryConfig | None = None
         self._call_id: str | None = None
         self._executors: dict[int, StreamingToolExecutor] = {}
+
+    @workflow.run
+    async def run(self, inp: QueryInput) -> QueryResult:
+        budget = token_budget(self._cfg, inp.prompt)
+        while True:
+            step: Step = decide(self._state, self._cfg, self._facts(budget))
+            self._state = step.state
+            for note in step.notes:
+                self._emit(ProgressKind.STATUS, note)
+            match step:
+                case ContinueAsNew():
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(inp.model_copy(update={"state": self._state}))
+                case Compact(reactive=reactive):
+                    await self._compact(reactive)
+                case CallModel():
+                    await self._call_model()
+                case DrainResults(target_tokens=target):
+                    await self._drain(target)
+                case RunTools():
+                    await self._run_tools()
+                case StopHooks():
+                    await self._stop_hooks()
+                case Finish():
+                    return await self._finish(step)
+                case _:
+                    assert_never(step)
+
+    def _facts(self, budget: int | None) -> Facts:
+        return Facts(
+            new_uuid=lambda: str(workflow.uuid4()),
+            interrupted=self._interrupted,
+            continue_as_new_suggested=workflow.info().is_continue_as_new_suggested(),
+            token_budget=budget,
+        )
+
+    # --- what the user and the model activity send ------------------------------------------
 
     @workflow.signal(name=Signals.INTERRUPT)
     def interrupt(self) -> None:
@@ -122,8 +162,7 @@ class QueryWorkflow:
     @workflow.signal(name=Signals.TOOL_USE_READY)
     def tool_use_ready(self, ready: ToolReady) -> None:
         """A tool_use block is complete in the model's stream: it may start now."""
-        cfg = self._config
-        if cfg is None or not cfg.streaming_tool_execution or self._interrupted:
+        if not self._cfg.streaming_tool_execution or self._interrupted:
             return
         if ready.call_id != self._call_id:
             return  # a call that is over: nothing of it may run now
@@ -134,36 +173,12 @@ class QueryWorkflow:
             executor = self._executors[ready.attempt] = self._executor(ready.call_id)
         executor.add_tool(ready.call)
 
-    def _executor(self, assistant_uuid: str) -> StreamingToolExecutor:
-        cfg = self._config
-        assert cfg is not None
-
-        def run(call: ToolCall, run_id: str) -> Awaitable[RunToolOutput]:
-            req = RunToolInput(
-                session_id=self._session_id,
-                assistant_uuid=assistant_uuid,
-                tool_use_id=call.id,
-                name=call.name,
-                workspace=cfg.workspace,
-                run_id=run_id,
-            )
-            return steps.run_tool(req, cfg, call.summary, call.read_only)
-
-        def emit(kind: ProgressKind, text: str, is_error: bool) -> None:
-            self._emit(kind, text, is_error)
-
-        return StreamingToolExecutor(run, emit, tool_failure, cfg.tool_concurrency, cfg.eager_tools)
-
-    def _discard_executors(self) -> None:
-        for executor in self._executors.values():
-            executor.discard()
-        self._executors = {}
-        self._call_id = None
-
     @workflow.signal(name=Signals.MODEL_RETRY)
     def model_retry(self, notice: RetryNotice) -> None:
         """The model activity failed an attempt and Temporal will retry it: show why."""
-        self._retries[notice.error_type] = self._retries.get(notice.error_type, 0) + 1
+        retries = dict(self._state.retries)
+        retries[notice.error_type] = retries.get(notice.error_type, 0) + 1
+        self._state = self._state.model_copy(update={"retries": retries})
         wait = (
             ""
             if notice.delay_seconds is None
@@ -188,10 +203,9 @@ class QueryWorkflow:
 
     def _emit(self, kind: ProgressKind, text: str, is_error: bool = False) -> None:
         """Record a progress event; indices run on across continue-as-new."""
-        self._events.append(
-            ProgressEvent(index=self._next_event, kind=kind, text=text, is_error=is_error)
-        )
-        self._next_event += 1
+        index = self._state.event_count
+        self._events.append(ProgressEvent(index=index, kind=kind, text=text, is_error=is_error))
+        self._state = self._state.model_copy(update={"event_count": index + 1})
 
     async def _guarded(self, awaitable: Awaitable[T]) -> T:
         """Await an activity so that an interrupt cancels it and surfaces as _Interrupted."""
@@ -206,225 +220,153 @@ class QueryWorkflow:
         finally:
             self._running.remove(task)
 
-    @workflow.run
-    async def run(self, inp: QueryInput) -> QueryResult:
-        cfg = inp.config
-        self._config = cfg
-        self._session_id = inp.session_id
-        self._model = cfg.model
-        self._next_event = inp.state.event_count if inp.state else 0
-        self._retries = dict(inp.state.retries) if inp.state else {}
-        state = inp.state or State(
-            head_uuid=inp.parent_uuid,
-            pending=PendingUser(
-                uuid=str(workflow.uuid4()), parent_uuid=inp.parent_uuid, prompt=inp.prompt
-            ),
-            context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
+    # --- the steps --------------------------------------------------------------------------
+
+    async def _call_model(self) -> None:
+        cfg = self._cfg
+        state, request = prepare_request(self._state, cfg)
+        self._state = state
+        self._phase = "streaming"
+        workflow.set_current_details(f"turn {state.turn_count}: waiting for the model")
+        assistant_uuid = self._call_id = str(workflow.uuid4())
+        call = CallModelInput(
+            session_id=self._inp.session_id,
+            parent_uuid=state.head_uuid,
+            new_user=state.pending,
+            assistant_uuid=assistant_uuid,
+            config=cfg,
+            request=request,
         )
-        budget = token_budget(cfg, inp.prompt)
-        iterations = 0
-        while True:
-            if (
-                iterations >= cfg.iterations_per_run
-                or workflow.info().is_continue_as_new_suggested()
-            ):
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                state = state.model_copy(
-                    update={"event_count": self._next_event, "retries": dict(self._retries)}
-                )
-                workflow.continue_as_new(inp.model_copy(update={"state": state}))
-            iterations += 1
-            if self._interrupted:
-                return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
-            try:
-                prepared = await self._prepare_context(inp, state)
-            except _Interrupted:  # during autocompact
-                return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
-            if isinstance(prepared, QueryResult):
-                return prepared
-            state = prepared
-
-            # call the model
-            self._phase = "streaming"
-            workflow.set_current_details(f"turn {state.turn_count}: waiting for the model")
-            state, request = prepare_request(state, cfg)
-            assistant_uuid = str(workflow.uuid4())
-            self._call_id = assistant_uuid
-            try:
-                out = await self._guarded(
-                    steps.call_model(
-                        CallModelInput(
-                            session_id=inp.session_id,
-                            parent_uuid=state.head_uuid,
-                            new_user=state.pending,
-                            assistant_uuid=assistant_uuid,
-                            config=cfg,
-                            request=request,
-                        ),
-                        summary=f"turn {state.turn_count}: {request.model}",
-                    )
-                )
-            except _Interrupted:
-                self._discard_executors()
-                return await self._finish(state, Terminal.ABORTED_STREAMING, "interrupted by user")
-            except ActivityError as exc:
-                self._discard_executors()
-                if error_type(exc) == FALLBACK_TRIGGERED and cfg.fallback_model and not state.model:
-                    # Same request (the pending entry is stored idempotently), other model.
-                    self._emit(
-                        ProgressKind.STATUS,
-                        f"{request.model} stays overloaded; switching to {cfg.fallback_model}",
-                    )
-                    state = after_fallback(state, cfg.fallback_model)
-                    continue
-                return await self._finish(state, Terminal.MODEL_ERROR, model_error(exc, cfg))
-            after = after_model_response(state, out, cfg, str(workflow.uuid4()))
-            state = after.state
-            if not after.run_tools:
-                self._discard_executors()
-            if after.withheld is not None:
-                try:
-                    recovered = await self._recover(inp, state, after.withheld)
-                except _Interrupted:  # during reactive compact
-                    return await self._finish(
-                        state, Terminal.ABORTED_STREAMING, "interrupted by user"
-                    )
-                if isinstance(recovered, QueryResult):
-                    return recovered
-                state = recovered
-                continue
-            if out.text:
-                self._emit(ProgressKind.TEXT, out.text)
-            if (
-                after.terminal == Terminal.COMPLETED
-                and cfg.stop_hooks
-                and workflow.patched(STOP_HOOKS_PATCH)
-            ):
-                hooked = await self._stop_hooks(inp, state)
-                state = hooked.state
-                if hooked.terminal is None:
-                    self._emit(
-                        ProgressKind.STATUS, "a Stop hook blocked: continuing with its feedback"
-                    )
-                    continue
-                if hooked.terminal != Terminal.COMPLETED:
-                    return await self._finish(state, hooked.terminal, hooked.message, out.text)
-            if after.terminal == Terminal.COMPLETED and budget is not None:
-                nudged = token_budget_continuation(state, budget, str(workflow.uuid4()))
-                if nudged is not None:
-                    state = nudged
-                    self._emit(ProgressKind.STATUS, f"continuing: {budget_status(state, budget)}")
-                    continue
-            if after.terminal is not None:
-                return await self._finish(state, after.terminal, after.message, out.text)
-            if not after.run_tools:
-                if cfg.max_turns is not None and state.turn_count > cfg.max_turns:
-                    message = f"reached the maximum of {cfg.max_turns} turns"
-                    return await self._finish(state, Terminal.MAX_TURNS, message)
-                if state.transition is not None:
-                    self._emit(ProgressKind.STATUS, f"continuing: {state.transition.value}")
-                continue
-
-            # run the tools
-            self._phase = "tools"
-            if cfg.streaming_tool_execution:
-                refs, chars = await self._run_streamed(out)
-            else:
-                refs, chars = await self._run_tools(inp, assistant_uuid, out.tool_calls)
-            pending = PendingUser(
-                uuid=str(workflow.uuid4()), parent_uuid=assistant_uuid, results=refs
+        try:
+            out = await self._guarded(
+                steps.call_model(call, summary=f"turn {state.turn_count}: {request.model}")
             )
-            state = with_tool_results(state, chars, cfg).model_copy(update={"pending": pending})
-            if self._interrupted:
-                return await self._finish(state, Terminal.ABORTED_TOOLS, "interrupted by user")
-            if cfg.max_turns is not None and state.turn_count + 1 > cfg.max_turns:
-                return await self._finish(
-                    state, Terminal.MAX_TURNS, f"reached the maximum of {cfg.max_turns} turns"
-                )
-            state = state.next(Transition.NEXT_TURN, turn_count=state.turn_count + 1)
+        except _Interrupted:
+            self._discard_executors()  # still Phase.CALL: the interrupt ends the prompt
+            return
+        except ActivityError as exc:
+            self._discard_executors()
+            self._state = self._state.failed(model_error(exc, cfg), error_type(exc) or "")
+            return
+        self._state = after_model_response(self._state, out, cfg, str(workflow.uuid4()))
+        if self._state.phase != Phase.TOOLS:
+            self._discard_executors()
+        if out.text and self._state.phase != Phase.RECOVER:
+            self._emit(ProgressKind.TEXT, out.text)
 
-    async def _stop_hooks(self, inp: QueryInput, state: State) -> AfterStopHooks:
+    async def _run_tools(self) -> None:
+        """The tools of the answer: those of its attempt that started while the stream ran go
+        on, the rest start now, as `can_execute_tool` allows; other attempts' are discarded.
+        Without streaming execution nothing has started, and this is the whole run."""
+        answer = self._state.answer
+        assert answer is not None
+        self._phase = "tools"
+        executor = self._executors.pop(answer.attempt, None)
+        if executor is None:
+            assert self._state.head_uuid is not None
+            executor = self._executor(self._state.head_uuid)
+        self._discard_executors()
+        self._executors = {answer.attempt: executor}
+        if self._interrupted:
+            executor.interrupt()
+        executor.reconcile(answer.tool_calls)
+        executor.end_stream()
+        await executor.remaining_results()
+        self._executors = {}
+        refs, chars = executor.results(answer.tool_calls)
+        self._state = tools_done(self._state, refs, chars, self._cfg, str(workflow.uuid4()))
+
+    def _executor(self, assistant_uuid: str) -> StreamingToolExecutor:
+        cfg = self._cfg
+
+        def run(call: ToolCall, run_id: str) -> Awaitable[RunToolOutput]:
+            workflow.set_current_details(f"running {call.summary}")
+            req = RunToolInput(
+                session_id=self._inp.session_id,
+                assistant_uuid=assistant_uuid,
+                tool_use_id=call.id,
+                name=call.name,
+                workspace=cfg.workspace,
+                run_id=run_id,
+            )
+            return steps.run_tool(req, cfg, call.summary, call.read_only)
+
+        return StreamingToolExecutor(
+            run, self._emit, tool_failure, cfg.tool_concurrency, cfg.eager_tools
+        )
+
+    def _discard_executors(self) -> None:
+        for executor in self._executors.values():
+            executor.discard()
+        self._executors = {}
+        self._call_id = None
+
+    async def _stop_hooks(self) -> None:
         """Claude is done: the user's Stop hooks may send it back to work, or stop the query."""
+        if not workflow.patched(STOP_HOOKS_PATCH):
+            self._state = self._state.at(Phase.HOOKS_PASSED)
+            return
         req = StopHooksInput(
-            session_id=inp.session_id,
-            workspace=inp.config.workspace,
-            stop_hook_active=state.stop_hook_active,
-            heartbeat_seconds=inp.config.tool_heartbeat_seconds,
+            session_id=self._inp.session_id,
+            workspace=self._cfg.workspace,
+            stop_hook_active=self._state.stop_hook_active,
+            heartbeat_seconds=self._cfg.tool_heartbeat_seconds,
         )
         try:
             out = await self._guarded(steps.run_stop_hooks(req))
         except _Interrupted:
-            return AfterStopHooks(state=state, terminal=Terminal.COMPLETED)
+            self._state = self._state.at(Phase.HOOKS_PASSED)
+            return
         except ActivityError as exc:
             self._emit(
                 ProgressKind.STATUS, f"Stop hooks did not run: {error_text(exc)}", is_error=True
             )
-            return AfterStopHooks(state=state, terminal=Terminal.COMPLETED)
-        return after_stop_hooks(
-            state,
+            self._state = self._state.at(Phase.HOOKS_PASSED)
+            return
+        self._state = after_stop_hooks(
+            self._state,
             out.blocking_errors,
             out.prevent_continuation,
             out.stop_reason,
             str(workflow.uuid4()),
         )
 
-    async def _prepare_context(self, inp: QueryInput, state: State) -> State | QueryResult:
-        """Before a call: warn near the limit, autocompact over the threshold, or stop at the
-        blocking limit when autocompact is off."""
-        cfg = inp.config
-        action = before_model_call(state, cfg)
-        if action == PreCall.BLOCK:
-            message = (
-                f"the context ({state.context_tokens:,} tokens) reached the blocking limit and "
-                "autocompact is off"
-            )
-            return await self._finish(state, Terminal.BLOCKING_LIMIT, message)
-        if action == PreCall.WARN:
-            window = thresholds(state, cfg).window
-            self._emit(
-                ProgressKind.STATUS, f"context is {state.context_tokens:,} of {window:,} tokens"
-            )
-            return state.model_copy(update={"warned_context": True})
-        if action == PreCall.AUTOCOMPACT:
-            compacted = await self._compact(inp, state, reactive=False)
-            return compacted if compacted is not None else compaction_failed(state)
-        return state
-
-    async def _compact(self, inp: QueryInput, state: State, reactive: bool) -> State | None:
-        """Summarise into a compact boundary; None when the summary failed."""
-        cfg = inp.config
+    async def _compact(self, reactive: bool) -> None:
+        """Summarise into a compact boundary. Interrupted, the phase is unchanged (the interrupt
+        ends the prompt); failed, autocompact counts a failure, reactive gives up."""
+        cfg, state = self._cfg, self._state
         trigger = "reactive" if reactive else "auto"
         self._phase = "compacting"
         workflow.set_current_details(f"compacting {state.context_tokens:,} tokens ({trigger})")
+        req = CompactInput(
+            session_id=self._inp.session_id,
+            parent_uuid=state.head_uuid,
+            pending=state.pending,
+            config=cfg,
+            request=model_request(state, cfg),
+            boundary_uuid=str(workflow.uuid4()),
+            summary_uuid=str(workflow.uuid4()),
+            trigger=trigger,
+            pre_tokens=state.context_tokens,
+        )
         try:
-            out = await self._guarded(
-                steps.autocompact(
-                    CompactInput(
-                        session_id=inp.session_id,
-                        parent_uuid=state.head_uuid,
-                        pending=state.pending,
-                        config=cfg,
-                        request=model_request(state, cfg),
-                        boundary_uuid=str(workflow.uuid4()),
-                        summary_uuid=str(workflow.uuid4()),
-                        trigger=trigger,
-                        pre_tokens=state.context_tokens,
-                    )
-                )
-            )
+            out = await self._guarded(steps.autocompact(req))
+        except _Interrupted:
+            return
         except ActivityError as exc:
             self._emit(
                 ProgressKind.STATUS, f"{trigger} compact failed: {error_text(exc)}", is_error=True
             )
-            return None
+            self._state = compaction_failed(self._state, reactive)
+            return
         for note in out.hook_notes:
             self._emit(ProgressKind.STATUS, note, is_error=True)
         self._emit(
             ProgressKind.STATUS,
             f"compacted the conversation ({trigger}): {out.pre_tokens:,} → {out.post_tokens:,} tokens",
         )
-        return after_compaction(
-            state,
+        self._state = after_compaction(
+            self._state,
             cfg,
             out.summary_uuid,
             out.pre_tokens,
@@ -433,115 +375,57 @@ class QueryWorkflow:
             reactive,
         )
 
-    async def _recover(
-        self, inp: QueryInput, state: State, withheld: WithheldError
-    ) -> State | QueryResult:
-        """prompt too long → drain stale results, then reactive compact; media → drop images.
-        Each at most once per turn; then the error is the answer."""
-        cfg = inp.config
-        recovery = on_withheld(state, withheld, cfg)
-        if recovery == Recovery.DRAIN:
-            planned = await steps.plan_collapse(
-                PlanCollapseInput(
-                    session_id=inp.session_id,
-                    parent_uuid=state.head_uuid,
-                    pending=state.pending,
-                    request=model_request(state, cfg),
-                    target_tokens=drain_target(state, withheld, cfg),
-                )
+    async def _drain(self, target_tokens: int) -> None:
+        state = self._state
+        planned = await steps.plan_collapse(
+            PlanCollapseInput(
+                session_id=self._inp.session_id,
+                parent_uuid=state.head_uuid,
+                pending=state.pending,
+                request=model_request(state, self._cfg),
+                target_tokens=target_tokens,
             )
-            if planned.tool_use_ids:
-                self._emit(
-                    ProgressKind.STATUS,
-                    f"cleared {len(planned.tool_use_ids)} large old tool results",
-                )
-                return state.next(
-                    Transition.COLLAPSE_DRAIN_RETRY,
-                    collapse_drained=True,
-                    collapsed_ids=(*state.collapsed_ids, *planned.tool_use_ids),
-                )
-            state = state.model_copy(update={"collapse_drained": True})
-            recovery = on_withheld(state, withheld, cfg)
-        if recovery == Recovery.REACTIVE_COMPACT:
-            compacted = await self._compact(inp, state, reactive=True)
-            if compacted is not None:
-                return compacted
-            state = state.model_copy(update={"has_attempted_reactive_compact": True})
-        if recovery == Recovery.STRIP_IMAGES:
-            self._emit(
-                ProgressKind.STATUS, "the request's images were too large; retrying without them"
-            )
-            return state.next(Transition.REACTIVE_COMPACT_RETRY, strip_images=True)
-        return await self._finish(state, withheld_terminal(withheld), withheld.message)
-
-    async def _run_streamed(self, out: CallModelOutput) -> tuple[list[ToolResultRef], list[int]]:
-        """Phase 2: the tools of the successful attempt that did not start (or finish) while
-        the stream ran; other attempts' tools are discarded."""
-        executor = self._executors.pop(out.attempt, None) or self._executor(out.assistant_uuid)
-        for old in self._executors.values():
-            old.discard()
-        self._executors = {out.attempt: executor}
-        if self._interrupted:
-            executor.interrupt()
-        executor.reconcile(out.tool_calls)
-        executor.end_stream()
-        await executor.remaining_results()
-        self._executors = {}
-        self._call_id = None
-        return executor.results(out.tool_calls)
-
-    async def _run_tools(
-        self, inp: QueryInput, assistant_uuid: str, calls: list[ToolCall]
-    ) -> tuple[list[ToolResultRef], list[int]]:
-        """Without streaming execution: batches from partition_tool_calls, after the stream."""
-        cfg = inp.config
-
-        def run(call: ToolCall) -> Awaitable[RunToolOutput]:
-            workflow.set_current_details(f"running {call.summary}")
-            req = RunToolInput(
-                session_id=inp.session_id,
-                assistant_uuid=assistant_uuid,
-                tool_use_id=call.id,
-                name=call.name,
-                workspace=cfg.workspace,
-            )
-            return self._guarded(steps.run_tool(req, cfg, call.summary, call.read_only))
-
-        return await run_tool_batches(
-            calls, run, self._emit, lambda: self._interrupted, cfg.tool_concurrency
+        )
+        if not planned.tool_use_ids:
+            self._state = self._state.model_copy(update={"collapse_drained": True})
+            return
+        self._emit(
+            ProgressKind.STATUS, f"cleared {len(planned.tool_use_ids)} large old tool results"
+        )
+        self._state = self._state.next(
+            Transition.COLLAPSE_DRAIN_RETRY,
+            collapse_drained=True,
+            collapsed_ids=(*self._state.collapsed_ids, *planned.tool_use_ids),
         )
 
-    async def _finish(
-        self, state: State, terminal: Terminal, message: str, final_text: str = ""
-    ) -> QueryResult:
+    async def _finish(self, step: Finish) -> QueryResult:
         """Store the pending user entry (so the transcript stays valid), then return."""
-        if state.pending is not None:
+        pending = self._state.pending
+        if pending is not None:
             stored = await steps.append_entry(
-                AppendEntryInput(session_id=self._session_id, entry=state.pending)
+                AppendEntryInput(session_id=self._inp.session_id, entry=pending)
             )
-            state = state.model_copy(update={"head_uuid": stored.uuid, "pending": None})
-        if message:
-            self._emit(ProgressKind.STATUS, message, is_error=terminal != Terminal.COMPLETED)
-        return self._result(state, terminal, message=message, final_text=final_text)
-
-    def _result(
-        self, state: State, terminal: Terminal, message: str = "", final_text: str = ""
-    ) -> QueryResult:
+            self._state = self._state.model_copy(update={"head_uuid": stored.uuid, "pending": None})
+        if step.message:
+            self._emit(
+                ProgressKind.STATUS, step.message, is_error=step.terminal != Terminal.COMPLETED
+            )
+        state = self._state
         self._phase = "done"
-        workflow.set_current_details(f"finished: {terminal.value}")
+        workflow.set_current_details(f"finished: {step.terminal.value}")
         return QueryResult(
-            terminal=terminal,
-            message=message,
+            terminal=step.terminal,
+            message=step.message,
             head_uuid=state.head_uuid,
             turn_count=state.turn_count,
             usage=state.usage,
-            final_text=final_text,
+            final_text=step.final_text,
             transitions=list(state.transitions),
             query_workflow_id=workflow.info().workflow_id,
             compactions=state.compactions,
             context_tokens=state.context_tokens,
-            model=state.model or self._model,
+            model=state.model or self._cfg.model,
             fallback_used=state.model is not None,
             usage_by_model=state.usage_by_model,
-            retries=dict(self._retries),
+            retries=dict(state.retries),
         )

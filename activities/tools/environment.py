@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -65,11 +66,21 @@ def tagged_processes(tag: str, prefix: bool = False) -> list[int]:
     return found
 
 
+KILL_SCANS = 3
+KILL_RESCAN_SECONDS = 0.02
+
+
 def kill_tagged(tag: str, prefix: bool = False) -> int:
     """SIGKILL every process an execution started (a lost attempt's leftovers, or with `prefix`
     all of a session's); how many."""
-    pids = [pid for pid in tagged_processes(tag, prefix) if pid != os.getpid()]
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return len(pids)
+    killed: set[int] = set()
+    for _ in range(KILL_SCANS):
+        # Scanned more than once: a process in the middle of exec shows an empty environment
+        # for a moment, and one may fork a child just before it is killed.
+        pids = [p for p in tagged_processes(tag, prefix) if p != os.getpid() and p not in killed]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed.update(pids)
+        time.sleep(KILL_RESCAN_SECONDS)
+    return len(killed)

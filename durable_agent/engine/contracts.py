@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from durable_agent.engine.errors import ErrorKind
 from durable_agent.engine.messages import ToolResultBlock, Usage
 from durable_agent.engine.request import ModelRequest
-from durable_agent.engine.state import PendingUser, QueryConfig, QueryResult, State
+from durable_agent.engine.state import (
+    PendingUser,
+    QueryConfig,
+    QueryResult,
+    State,
+)
+from durable_agent.engine.state import ToolCall as ToolCall  # re-exported: State carries it
+from durable_agent.engine.state import WithheldError as WithheldError
 
 
 class CallModelInput(BaseModel):
@@ -21,15 +27,6 @@ class CallModelInput(BaseModel):
     request: ModelRequest
 
 
-class WithheldError(BaseModel):
-    """A failure the loop may recover from (prompt too long), returned instead of raised."""
-
-    kind: ErrorKind
-    message: str
-    prompt_tokens: int | None = None
-    max_tokens: int | None = None
-
-
 class RetryNotice(BaseModel):
     """Sent by the model activity to its workflow before Temporal retries it."""
 
@@ -37,16 +34,6 @@ class RetryNotice(BaseModel):
     error_type: str
     message: str
     delay_seconds: float | None
-
-
-class ToolCall(BaseModel):
-    """A tool_use the model asked for, without its (possibly large) input."""
-
-    id: str
-    name: str
-    concurrency_safe: bool
-    read_only: bool
-    summary: str
 
 
 class CallModelOutput(BaseModel):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel
-
 from durable_agent.engine.budget import budget_in_prompt, check_token_budget
 from durable_agent.engine.context import (
     MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES,
@@ -23,24 +21,16 @@ from durable_agent.engine.state import (
     ESCALATED_MAX_OUTPUT_TOKENS,
     MAX_OUTPUT_TOKENS_RECOVERIES,
     OUTPUT_RECOVERY_MESSAGE,
+    Answer,
     CompactTracking,
     PendingUser,
+    Phase,
     QueryConfig,
     State,
     Terminal,
+    ToolResultRef,
     Transition,
 )
-
-
-class AfterModel(BaseModel):
-    """Exactly one of: run the tools, recover from `withheld`, continue with `state`, or end
-    with `terminal`."""
-
-    state: State
-    run_tools: bool = False
-    terminal: Terminal | None = None
-    message: str = ""
-    withheld: WithheldError | None = None
 
 
 def record_usage(state: State, out: CallModelOutput) -> State:
@@ -51,63 +41,76 @@ def record_usage(state: State, out: CallModelOutput) -> State:
 
 def after_model_response(
     before: State, out: CallModelOutput, cfg: QueryConfig, new_uuid: str
-) -> AfterModel:
-    """`before` is the state the call was made with; `new_uuid` names a user entry if one is needed."""
+) -> State:
+    """`before` is the state the call was made with; `new_uuid` names a user entry if one is
+    needed. The phase says what comes next: recover, tools, the Stop hooks, another turn, a
+    continue (`transition`), or the end."""
     state = record_usage(before, out)
     if out.withheld is not None:
-        return AfterModel(state=state, withheld=out.withheld)
+        return state.at(Phase.RECOVER, withheld=out.withheld)
     answered = state.model_copy(
         update={
             "head_uuid": out.assistant_uuid,
             "pending": None,
             "context_tokens": usage_context_tokens(out.usage),
+            "answer": Answer(attempt=out.attempt, tool_calls=out.tool_calls, text=out.text),
         }
     )
     if out.tool_calls:
-        return AfterModel(state=answered, run_tools=True)
+        return answered.at(Phase.TOOLS)
     if out.stop_reason == "max_tokens":
         return _output_limit(state, answered, out, cfg, new_uuid)
     if out.stop_reason == "pause_turn":
         # The API paused a long turn: send it back unchanged and let it go on.
-        return AfterModel(
-            state=answered.next(Transition.NEXT_TURN, turn_count=answered.turn_count + 1)
-        )
+        return answered.at(Phase.NEXT_TURN, notice="continuing: the API paused the turn")
     if out.stop_reason == "refusal":
-        return AfterModel(
-            state=answered,
-            terminal=Terminal.MODEL_ERROR,
-            message="Claude declined to continue this request (stop_reason: refusal)",
+        return answered.ended(
+            Terminal.MODEL_ERROR, "Claude declined to continue this request (stop_reason: refusal)"
         )
-    return AfterModel(state=answered, terminal=Terminal.COMPLETED)
+    return answered.at(Phase.STOPPING)
 
 
 def _output_limit(
     state: State, answered: State, out: CallModelOutput, cfg: QueryConfig, new_uuid: str
-) -> AfterModel:
+) -> State:
     if state.max_tokens_override is None and cfg.max_output_tokens < ESCALATED_MAX_OUTPUT_TOKENS:
         # Retry the same request with the larger cap; the truncated answer stays an orphan branch.
-        return AfterModel(
-            state=state.next(
-                Transition.MAX_OUTPUT_TOKENS_ESCALATE,
-                max_tokens_override=ESCALATED_MAX_OUTPUT_TOKENS,
-            )
+        return state.next(
+            Transition.MAX_OUTPUT_TOKENS_ESCALATE,
+            max_tokens_override=ESCALATED_MAX_OUTPUT_TOKENS,
+            notice=f"continuing: {Transition.MAX_OUTPUT_TOKENS_ESCALATE.value}",
         )
     if state.output_recoveries < MAX_OUTPUT_TOKENS_RECOVERIES:
         pending = PendingUser(
             uuid=new_uuid, parent_uuid=out.assistant_uuid, prompt=OUTPUT_RECOVERY_MESSAGE
         )
-        return AfterModel(
-            state=answered.next(
-                Transition.MAX_OUTPUT_TOKENS_RECOVERY,
-                pending=pending,
-                output_recoveries=state.output_recoveries + 1,
-            )
+        return answered.next(
+            Transition.MAX_OUTPUT_TOKENS_RECOVERY,
+            pending=pending,
+            output_recoveries=state.output_recoveries + 1,
+            notice=f"continuing: {Transition.MAX_OUTPUT_TOKENS_RECOVERY.value}",
         )
-    return AfterModel(
-        state=answered,
-        terminal=Terminal.MODEL_ERROR,
-        message=f"the output token limit was hit again after {MAX_OUTPUT_TOKENS_RECOVERIES} "
+    return answered.ended(
+        Terminal.MODEL_ERROR,
+        f"the output token limit was hit again after {MAX_OUTPUT_TOKENS_RECOVERIES} "
         "recovery attempts; the answer is incomplete",
+    )
+
+
+def tools_done(
+    state: State, results: list[ToolResultRef], result_chars: list[int], cfg: QueryConfig,
+    new_uuid: str,
+) -> State:  # fmt: skip
+    """Every tool_use has its result: they go to the model in the next user entry, and the
+    context grows by them (each at most its budget)."""
+    cap = cfg.tool_result_budget_tokens
+    added = sum(min((c + 3) // 4, cap) for c in result_chars)
+    pending = PendingUser(uuid=new_uuid, parent_uuid=state.head_uuid, results=results)
+    return state.at(
+        Phase.TOOLS_DONE,
+        pending=pending,
+        answer=None,
+        context_tokens=state.context_tokens + added,
     )
 
 
@@ -130,7 +133,10 @@ def token_budget_continuation(state: State, budget: int, new_uuid: str) -> State
         return None
     pending = PendingUser(uuid=new_uuid, parent_uuid=state.head_uuid, prompt=decision.nudge)
     return state.next(
-        Transition.TOKEN_BUDGET_CONTINUATION, pending=pending, budget_tracker=decision.tracker
+        Transition.TOKEN_BUDGET_CONTINUATION,
+        pending=pending,
+        budget_tracker=decision.tracker,
+        notice=f"continuing: {budget_status(state, budget)}",
     )
 
 
@@ -152,7 +158,7 @@ class PreCall(StrEnum):
 def after_fallback(state: State, fallback_model: str) -> State:
     """The same request again (the pending entry is stored idempotently) to the fallback model,
     for the rest of the query; what came before it loses its thinking blocks."""
-    return state.model_copy(update={"model": fallback_model, "fallback_head": state.head_uuid})
+    return state.at(Phase.TURN, model=fallback_model, fallback_head=state.head_uuid, ending=None)
 
 
 def thresholds(state: State, cfg: QueryConfig) -> Thresholds:
@@ -216,13 +222,6 @@ def prepare_request(state: State, cfg: QueryConfig) -> tuple[State, ModelRequest
     return state, request
 
 
-def with_tool_results(state: State, result_chars: list[int], cfg: QueryConfig) -> State:
-    """The context grows by the new tool results (each at most its budget)."""
-    cap = cfg.tool_result_budget_tokens
-    added = sum(min((c + 3) // 4, cap) for c in result_chars)
-    return state.model_copy(update={"context_tokens": state.context_tokens + added})
-
-
 class Recovery(StrEnum):
     DRAIN = "drain"
     """Clear the largest stale tool results from the view (collapse_drain_retry)."""
@@ -280,16 +279,17 @@ def after_compaction(
         return state.next(
             Transition.REACTIVE_COMPACT_RETRY, has_attempted_reactive_compact=True, **update
         )
-    return state.model_copy(update=update)
+    return state.at(Phase.CALL, **update)
 
 
-def compaction_failed(state: State) -> State:
+def compaction_failed(state: State, reactive: bool) -> State:
+    """Autocompact counts towards its circuit breaker and the call goes ahead; a failed
+    reactive compact leaves the withheld error as the answer."""
+    if reactive:
+        return state.at(Phase.RECOVER, has_attempted_reactive_compact=True)
     failures = state.compaction.consecutive_failures + 1
-    return state.model_copy(
-        update={
-            "compaction": state.compaction.model_copy(update={"consecutive_failures": failures})
-        }
-    )
+    compaction = state.compaction.model_copy(update={"consecutive_failures": failures})
+    return state.at(Phase.CALL, compaction=compaction)
 
 
 STOP_HOOK_FEEDBACK = "Stop hook feedback:\n{errors}"
@@ -297,30 +297,26 @@ MAX_STOP_HOOK_BLOCKS = 5
 """A Stop hook that never lets the query end would loop forever (and spend tokens)."""
 
 
-class AfterStopHooks(BaseModel):
-    """Continue with `state` (a blocking hook spoke), or end with `terminal`."""
-
-    state: State
-    terminal: Terminal | None = None
-    message: str = ""
-
-
 def after_stop_hooks(
     state: State, blocking_errors: list[str], prevent: bool, stop_reason: str, new_uuid: str
-) -> AfterStopHooks:
+) -> State:
     if prevent:
-        reason = stop_reason or "a Stop hook prevented continuation"
-        return AfterStopHooks(state=state, terminal=Terminal.STOP_HOOK_PREVENTED, message=reason)
+        return state.ended(
+            Terminal.STOP_HOOK_PREVENTED, stop_reason or "a Stop hook prevented continuation"
+        )
     if (
         blocking_errors
         and state.transitions.count(Transition.STOP_HOOK_BLOCKING) >= MAX_STOP_HOOK_BLOCKS
     ):
         message = f"Stop hooks blocked {MAX_STOP_HOOK_BLOCKS} times; stopping: {blocking_errors[0]}"
-        return AfterStopHooks(state=state, terminal=Terminal.STOP_HOOK_PREVENTED, message=message)
+        return state.ended(Terminal.STOP_HOOK_PREVENTED, message)
     if blocking_errors:
         feedback = STOP_HOOK_FEEDBACK.format(errors="\n".join(blocking_errors))
         pending = PendingUser(uuid=new_uuid, parent_uuid=state.head_uuid, prompt=feedback)
-        return AfterStopHooks(
-            state=state.next(Transition.STOP_HOOK_BLOCKING, pending=pending, stop_hook_active=True)
+        return state.next(
+            Transition.STOP_HOOK_BLOCKING,
+            pending=pending,
+            stop_hook_active=True,
+            notice="a Stop hook blocked: continuing with its feedback",
         )
-    return AfterStopHooks(state=state, terminal=Terminal.COMPLETED)
+    return state.at(Phase.HOOKS_PASSED)

@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_agent.engine.budget import BudgetTracker
+from durable_agent.engine.errors import ErrorKind
 from durable_agent.engine.messages import ToolResultBlock, Usage
 from durable_agent.engine.tools import ToolName
 
@@ -157,6 +158,66 @@ class PendingUser(BaseModel):
     results: list[ToolResultRef] = Field(default_factory=list)
 
 
+class WithheldError(BaseModel):
+    """A failure the loop may recover from (prompt too long), returned instead of raised."""
+
+    kind: ErrorKind
+    message: str
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
+
+
+class ToolCall(BaseModel):
+    """A tool_use the model asked for, without its (possibly large) input."""
+
+    id: str
+    name: str
+    concurrency_safe: bool
+    read_only: bool
+    summary: str
+
+
+class Phase(StrEnum):
+    """Where the loop is: what the last step left for the engine to decide on (`decide`)."""
+
+    TURN = "turn"
+    """A new iteration: continue-as-new, an interrupt, the context check."""
+    CALL = "call"
+    """The context is ready: call the model."""
+    RECOVER = "recover"
+    """The API withheld an error the loop may recover from (`State.withheld`)."""
+    FAILED = "failed"
+    """The model call failed (`State.ending`): the fallback model, or model_error."""
+    TOOLS = "tools"
+    """The answer asks for tools (`State.answer`)."""
+    TOOLS_DONE = "tools_done"
+    """Every tool_use has its result in `pending`."""
+    NEXT_TURN = "next_turn"
+    """The turn is over: the next one starts, unless max_turns is reached."""
+    STOPPING = "stopping"
+    """Claude finished: the Stop hooks may send it back to work."""
+    HOOKS_PASSED = "hooks_passed"
+    """The Stop hooks let it finish: the token budget may still continue it."""
+    ENDED = "ended"
+    """The prompt ends with `State.ending`."""
+
+
+class Answer(BaseModel):
+    """What the loop still needs of the model's last answer."""
+
+    attempt: int = 1
+    """The activity attempt that produced it (its early tools are the valid ones)."""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    text: str = ""
+
+
+class Ending(BaseModel):
+    terminal: Terminal
+    message: str = ""
+    error_type: str = ""
+    """Of a failed model call: whether the fallback model may take over."""
+
+
 class CompactTracking(BaseModel):
     """Autocompact bookkeeping (reset after every compaction)."""
 
@@ -201,6 +262,25 @@ class State(BaseModel):
     warned_context: bool = False
     stop_hook_active: bool = False
     budget_tracker: BudgetTracker = BudgetTracker()
+    phase: Phase = Phase.TURN
+    answer: Answer | None = None
+    withheld: WithheldError | None = None
+    ending: Ending | None = None
+    run_iterations: int = 0
+    """Loop iterations in this workflow run (continue-as-new after `iterations_per_run`)."""
+    notice: str = ""
+    """What to tell the user about the decision just made; `decide` shows it once."""
+
+    def at(self, phase: Phase, **changes: object) -> State:
+        return self.model_copy(update={"phase": phase, **changes})
+
+    def ended(self, terminal: Terminal, message: str = "") -> State:
+        return self.at(Phase.ENDED, ending=Ending(terminal=terminal, message=message))
+
+    def failed(self, message: str, error_type: str) -> State:
+        """The model call failed for good (its retries are spent)."""
+        ending = Ending(terminal=Terminal.MODEL_ERROR, message=message, error_type=error_type)
+        return self.at(Phase.FAILED, ending=ending)
 
     def next(self, transition: Transition, **changes: object) -> State:
         """A new State for a `continue`, recording why. A new turn resets the once-per-turn
@@ -209,6 +289,10 @@ class State(BaseModel):
         update: dict[str, object] = {
             "transition": transition,
             "transitions": (*self.transitions, transition),
+            "phase": Phase.TURN,
+            "answer": None,
+            "withheld": None,
+            "ending": None,
         }
         if transition == Transition.NEXT_TURN:
             update["has_attempted_reactive_compact"] = False
