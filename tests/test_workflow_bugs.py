@@ -4,12 +4,15 @@ reason shows in `status`."""
 
 import asyncio
 
+import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowFailureError
 
+import durable_agent.engine.contracts as contracts
 import durable_agent.engine.loop as loop
 from durable_agent.engine.contracts import PromptRequest
 from durable_agent.engine.state import Terminal
-from durable_agent.replay import ReplayServer, text_turn
+from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from durable_agent.wiring import build_worker
 from tests.helpers import replay_client_factory, start_session
 from tests.test_cli import cli_env, durable_agent
@@ -65,6 +68,29 @@ async def test_a_bug_in_the_loop_fails_the_prompt_and_the_session_goes_on(
     closing = history.events[-1]
     assert closing.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
     assert "no such block" in closing.workflow_execution_failed_event_attributes.failure.message
+
+
+async def test_a_bug_in_a_tool_task_fails_the_prompt_instead_of_waiting_forever(
+    ts_env, store, workspace, task_queue, monkeypatch
+):
+    """A tool runs in a task of its own: a bug raised there reaches the loop."""
+
+    def broken(*args, **kwargs):
+        raise TypeError("the tool step is broken")
+
+    # The sandbox imports the workflow module afresh for each run, taking its names from the
+    # passed-through engine modules: the tool task's input model is the broken one.
+    monkeypatch.setattr(contracts, "RunToolInput", broken)
+    turns = [tool_turn([("toolu_1", "Read", {"file_path": "a.txt"})]), text_turn("never")]
+    with ReplayServer(turns) as server:
+        factory = replay_client_factory(server)
+        async with build_worker(ts_env.client, task_queue, store, factory):
+            sid, _ = await start_session(
+                ts_env.client, workspace, task_queue, "read it", prefix="bug"
+            )
+            with pytest.raises(WorkflowFailureError) as failed:
+                await asyncio.wait_for(query_result(ts_env.client, f"{sid}-q1"), 30)
+    assert "the tool step is broken" in str(failed.value.cause)
 
 
 async def test_status_shows_a_prompt_whose_workflow_task_keeps_failing(

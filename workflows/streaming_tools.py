@@ -66,6 +66,7 @@ class StreamingToolExecutor:
         self.discarded = False
         self.interrupted = False
         self._sibling_failure: str | None = None
+        self._crash: Exception | None = None
 
     def add_tool(self, call: ToolCall) -> None:
         if self.discarded or any(t.call.id == call.id for t in self.tools):
@@ -106,7 +107,16 @@ class StreamingToolExecutor:
         tool.status = ToolStatus.EXECUTING
         tool.run_id = str(workflow.uuid4())
         self._emit(ProgressKind.TOOL_CALL, tool.call.summary, False)
-        tool.task = asyncio.create_task(self._execute(tool))
+        tool.task = asyncio.create_task(self._guarded(tool))
+
+    async def _guarded(self, tool: TrackedTool) -> None:
+        """A bug in a tool's task must reach the loop (and fail the prompt), not leave the tool
+        executing forever with nobody awaiting its task."""
+        try:
+            await self._execute(tool)
+        except Exception as exc:
+            self._crash = exc
+            raise
 
     async def _execute(self, tool: TrackedTool) -> None:
         try:
@@ -175,10 +185,15 @@ class StreamingToolExecutor:
     async def remaining_results(self) -> None:
         await workflow.wait_condition(
             lambda: (
-                all(t.status != ToolStatus.EXECUTING for t in self.tools)
-                and (self.interrupted or all(t.status != ToolStatus.QUEUED for t in self.tools))
+                self._crash is not None
+                or (
+                    all(t.status != ToolStatus.EXECUTING for t in self.tools)
+                    and (self.interrupted or all(t.status != ToolStatus.QUEUED for t in self.tools))
+                )
             )
         )
+        if self._crash is not None:
+            raise self._crash
 
     def discard(self) -> None:
         """This attempt's blocks are void (the model call failed, or a fallback took over)."""
