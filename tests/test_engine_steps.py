@@ -177,7 +177,7 @@ def test_a_token_budget_sends_claude_back_with_a_nudge():
     assert isinstance(step, CallModel)
     assert step.state.transition == Transition.TOKEN_BUDGET_CONTINUATION
     assert isinstance(step.state.pending, PendingUser) and step.state.pending.uuid == "u0"
-    assert "10% used" in step.state.pending.prompt and step.notes == (
+    assert "10% used" in (step.state.pending.prompt or "") and step.notes == (
         "continuing: token budget 10% used (1,000/10,000 tokens)",
     )
     done = decide(spent, CFG, facts(token_budget=1_000))
