@@ -293,3 +293,27 @@ async def test_session_continues_as_new_between_prompts(ts_env, task_queue):
     assert parents[1] != parents[2]  # each prompt continues from the previous answer
     first = ts_env.client.get_workflow_handle(sid, run_id=handle.result_run_id)
     assert (await first.describe()).status.name == "CONTINUED_AS_NEW"
+
+
+async def test_a_close_sent_while_prompts_wait_holds_across_continue_as_new(ts_env, task_queue):
+    """The session's whole state is carried over, its `closed` too: once the waiting prompts
+    have run, the session ends (it used to wait for another close after continue-as-new)."""
+    fakes = Fakes(script=[BLOCK, reply("b")])
+    sid = f"sess-{uuid.uuid4()}"
+    async with fakes.worker(ts_env.client, task_queue):
+        handle = await ts_env.client.start_workflow(
+            SessionWorkflow.run,
+            SessionInput(
+                session_id=sid, config=QueryConfig(model_heartbeat_seconds=2), queries_per_run=1
+            ),
+            id=sid,
+            task_queue=task_queue,
+        )
+        for prompt in ["a", "b"]:
+            await handle.execute_update(SessionWorkflow.submit_prompt, PromptRequest(prompt=prompt))
+        await asyncio.wait_for(fakes.started.wait(), 10)
+        await handle.signal(SessionWorkflow.close)
+        await handle.signal(SessionWorkflow.interrupt)
+        final = await asyncio.wait_for(handle.result(), 30)
+    assert final.closed and final.queries == 2 and final.last_result is not None
+    assert final.last_result.final_text == "b"

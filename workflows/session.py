@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
         SessionInput,
         SessionStatus,
     )
-    from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryResult
+    from durable_agent.engine.state import MAX_PROMPT_CHARS
     from durable_agent.names import Activities, Queries, Signals, Updates, Workflows
     from workflows.activity_options import STORE_RETRY, STORE_TIMEOUT, end_session_processes
     from workflows.query import QueryWorkflow
@@ -35,29 +35,19 @@ class SessionWorkflow:
     @workflow.init
     def __init__(self, inp: SessionInput) -> None:
         self._session_id = inp.session_id
-        self._head = inp.head_uuid
-        self._queries = inp.queries
-        # Prompts accepted and not started, in order. A prompt sent while another runs waits
-        # here: whether one "is running" is workflow state, rebuilt from history on replay, and an
-        # Update may arrive in the same activation as the running prompt's completion.
-        self._queue: list[PromptRequest] = list(inp.queued)
-        if inp.initial_prompt:
-            self._queue.insert(
-                0, PromptRequest(prompt=inp.initial_prompt, max_turns=inp.initial_max_turns)
-            )
+        # A prompt sent while another runs waits in `queued`: whether one "is running" is
+        # workflow state, rebuilt from history on replay, and an Update may arrive in the same
+        # activation as the running prompt's completion.
+        self._state = inp.initial_state()
         self._running: str | None = None
-        self._last: QueryResult | None = None
-        self._last_error: str | None = None
-        self._closed = False
         self._transcript_path = ""
-        self._context_tokens = inp.context_tokens
 
     @workflow.update(name=Updates.SUBMIT_PROMPT)
     def submit_prompt(self, req: PromptRequest) -> PromptAccepted:
         """Queue a prompt; returns the id its QueryWorkflow will have (it starts when the prompts
         before it have finished)."""
-        self._queue.append(req)
-        index = self._queries + len(self._queue)
+        self._state.queued.append(req)
+        index = self._state.queries + len(self._state.queued)
         return PromptAccepted(
             query_workflow_id=query_workflow_id(self._session_id, index), index=index
         )
@@ -71,11 +61,11 @@ class SessionWorkflow:
                 f"the prompt has {len(req.prompt):,} characters (at most {MAX_PROMPT_CHARS:,}); "
                 "put long material in a file in the workspace and refer to it"
             )
-        if self._closed:
+        if self._state.closed:
             raise ValueError("this session is closed; start a new one")
-        if len(self._queue) >= MAX_QUEUED_PROMPTS:
+        if len(self._state.queued) >= MAX_QUEUED_PROMPTS:
             raise ValueError(
-                f"{len(self._queue)} prompts are already waiting in this session; "
+                f"{len(self._state.queued)} prompts are already waiting in this session; "
                 "wait for them or interrupt the running one"
             )
         if req.max_turns is not None and req.max_turns < 1:
@@ -95,19 +85,20 @@ class SessionWorkflow:
     @workflow.signal(name=Signals.CLOSE)
     def close(self) -> None:
         """End the session once the running prompt (if any) finishes."""
-        self._closed = True
+        self._state.closed = True
 
     @workflow.query(name=Queries.STATUS)
     def status(self) -> SessionStatus:
+        state = self._state
         return SessionStatus(
             session_id=self._session_id,
             running_query_id=self._running,
-            head_uuid=self._head,
-            queries=self._queries,
-            last_result=self._last,
-            last_error=self._last_error,
-            closed=self._closed,
-            queued=len(self._queue),
+            head_uuid=state.head_uuid,
+            queries=state.queries,
+            last_result=state.last_result,
+            last_error=state.last_error,
+            closed=state.closed,
+            queued=len(state.queued),
         )
 
     @workflow.query(name=Queries.TRANSCRIPT_PATH)
@@ -123,34 +114,31 @@ class SessionWorkflow:
             start_to_close_timeout=STORE_TIMEOUT,
             retry_policy=STORE_RETRY,
         )
+        state = self._state
         runs_here = 0
         while True:
             await workflow.wait_condition(
                 lambda: (
-                    bool(self._queue) or self._closed or (inp.close_when_idle and self._queries > 0)
+                    bool(state.queued)
+                    or state.closed
+                    or (inp.close_when_idle and state.queries > 0)
                 )
             )
-            if not self._queue:
+            if not state.queued:
                 break
             if runs_here >= inp.queries_per_run or workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                first, *rest = self._queue
                 workflow.continue_as_new(
                     SessionInput(
                         session_id=self._session_id,
                         config=inp.config,
-                        head_uuid=self._head,
-                        initial_prompt=first.prompt,
-                        initial_max_turns=first.max_turns,
                         close_when_idle=inp.close_when_idle,
-                        queries=self._queries,
-                        context_tokens=self._context_tokens,
                         queries_per_run=inp.queries_per_run,
-                        queued=rest,
+                        state=state,
                     )
                 )
             runs_here += 1
-            await self._run_prompt(inp, self._queue.pop(0))
+            await self._run_prompt(inp, state.queued.pop(0))
         if workflow.patched("session-end-processes-v1"):
             # Nothing a tool of this session started outlives it (`nohup … &`, `cmd &`).
             await end_session_processes(EndProcessesInput(session_id=self._session_id))
@@ -158,10 +146,11 @@ class SessionWorkflow:
         return self.status()
 
     async def _run_prompt(self, inp: SessionInput, req: PromptRequest) -> None:
-        index = self._queries + 1
+        state = self._state
+        index = state.queries + 1
         child_id = query_workflow_id(self._session_id, index)
         # Counted before the start is awaited: an Update accepted meanwhile numbers after it.
-        self._queries = index
+        state.queries = index
         config = inp.config
         if req.max_turns is not None:
             config = config.model_copy(update={"max_turns": req.max_turns})
@@ -170,9 +159,9 @@ class SessionWorkflow:
             QueryInput(
                 session_id=self._session_id,
                 prompt=req.prompt,
-                parent_uuid=self._head,
+                parent_uuid=state.head_uuid,
                 config=config,
-                context_tokens=self._context_tokens,
+                context_tokens=state.context_tokens,
             ),
             id=child_id,
             static_summary=req.prompt[:200],
@@ -182,12 +171,12 @@ class SessionWorkflow:
         try:
             result = await handle
         except ChildWorkflowError as exc:
-            self._last_error = f"query {child_id} failed: {exc.cause or exc}"
-            self._last = None
+            state.last_error = f"query {child_id} failed: {exc.cause or exc}"
+            state.last_result = None
         else:
-            self._last = result
-            self._last_error = None
-            self._head = result.head_uuid
-            self._context_tokens = result.context_tokens
+            state.last_result = result
+            state.last_error = None
+            state.head_uuid = result.head_uuid
+            state.context_tokens = result.context_tokens
         finally:
             self._running = None

@@ -138,6 +138,20 @@ class PromptRequest(BaseModel):
     max_turns: int | None = None
 
 
+class SessionState(BaseModel):
+    """Everything a session carries from prompt to prompt, and whole across continue-as-new."""
+
+    head_uuid: str | None = None
+    queries: int = 0
+    """Prompts started so far (the next one's workflow id is numbered after them)."""
+    context_tokens: int = 0
+    queued: list[PromptRequest] = Field(default_factory=list)
+    """Prompts accepted and not started, in order."""
+    last_result: QueryResult | None = None
+    last_error: str | None = None
+    closed: bool = False
+
+
 class SessionInput(BaseModel):
     session_id: str
     config: QueryConfig
@@ -146,12 +160,29 @@ class SessionInput(BaseModel):
     initial_max_turns: int | None = None
     close_when_idle: bool = False
     """End the session after the initial prompt (headless `run`)."""
+    queries_per_run: int = Field(default=50, ge=1)
+    """Continue-as-new after this many prompts, carrying the session's state."""
+    state: SessionState | None = None
+    """Set by continue-as-new."""
     queries: int = 0
     context_tokens: int = 0
-    queries_per_run: int = Field(default=50, ge=1)
-    """Continue-as-new after this many prompts, carrying the conversation head."""
     queued: list[PromptRequest] = Field(default_factory=list)
-    """Prompts accepted but not started yet, after `initial_prompt` (carried over continue-as-new)."""
+    """`queries`, `context_tokens`, `queued`: how continue-as-new carried the state before
+    SessionState (histories of running sessions still hold them)."""
+
+    def initial_state(self) -> SessionState:
+        if self.state is not None:
+            return self.state.model_copy(deep=True)
+        queued = list(self.queued)
+        if self.initial_prompt:
+            first = PromptRequest(prompt=self.initial_prompt, max_turns=self.initial_max_turns)
+            queued.insert(0, first)
+        return SessionState(
+            head_uuid=self.head_uuid,
+            queries=self.queries,
+            context_tokens=self.context_tokens,
+            queued=queued,
+        )
 
 
 class EndProcessesInput(BaseModel):
