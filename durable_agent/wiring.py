@@ -5,9 +5,12 @@ The single place where things are wired; tests and the CLI call `build_worker` t
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
@@ -27,6 +30,21 @@ from workflows.session import SessionWorkflow
 
 DEFAULT_TASK_QUEUE = "durable-agent"
 WORKFLOWS = [SessionWorkflow, QueryWorkflow]
+PACKAGES = ("durable_agent", "workflows", "activities")
+
+
+@functools.cache
+def code_build_id() -> str:
+    """The worker's build id: a hash of our own source. Without one the SDK hashes the code of
+    every loaded module (anthropic, pydantic, …), ~0.2 s of every CLI start, 1.5 s without a
+    bytecode cache."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    return f"durable-agent-{digest.hexdigest()[:16]}"
 
 
 def build_worker(
@@ -58,6 +76,7 @@ def build_worker(
             hooks.run_stop_hooks,
         ],
         max_concurrent_activities=max_concurrent_activities,
+        build_id=code_build_id(),
         # A killed worker's sessions move to another worker after this, not the default 10 s.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
         # Heartbeats reach the server within a second, and with them an interrupt's cancel
