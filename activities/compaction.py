@@ -114,7 +114,7 @@ class CompactionActivities:
         """The conversation since the last boundary as the summary request shows it; the whole
         text of results it cuts short is kept for the Read tool (blocking)."""
         view = req.request.model_copy(
-            update={"microcompact_keep": req.config.microcompact_keep_recent, "task_budget": None}
+            update={"microcompact_keep": req.microcompact_keep, "task_budget": None}
         )
         return request_view(
             self.store, req.session_id, chain, lambda paths: request_messages(chain, view, paths)
@@ -150,7 +150,7 @@ class CompactionActivities:
             "custom_instructions": "",
         }
         outcomes = await run_hooks(
-            "PreCompact", payload["trigger"], payload, Path(req.config.workspace),
+            "PreCompact", payload["trigger"], payload, Path(req.workspace),
             self.store.hook_ledger(req.session_id),
         )  # fmt: skip
         return [
@@ -164,7 +164,7 @@ class CompactionActivities:
             body = {
                 "model": req.request.model,
                 "max_tokens": req.config.compact_max_tokens,
-                "system": system_prompt(req.config),
+                "system": system_prompt(req.config, req.workspace),
                 "messages": with_instruction(messages, SUMMARY_PROMPT),
                 "tools": build_request([], "", req.config.tools, req.request)[0]["tools"],
                 "tool_choice": {"type": "none"},
@@ -206,7 +206,9 @@ class CompactionActivities:
     async def _count_tokens(self, chain: list[TranscriptEntry], req: CompactInput) -> int:
         """An exact figure where it matters: the size the loop continues from."""
         plain = ModelRequest(model=req.request.model, max_tokens=1, prompt_caching=False)
-        body, _ = build_request(chain, system_prompt(req.config), req.config.tools, plain)
+        body, _ = build_request(
+            chain, system_prompt(req.config, req.workspace), req.config.tools, plain
+        )
         try:
             client = await self.model.client()
             counted = await client.messages.count_tokens(
@@ -233,7 +235,7 @@ def _compact_call(req: CompactInput) -> CallModelInput:
     config = req.config.model_copy(update={"query_source": "compact"})
     return CallModelInput(
         session_id=req.session_id, parent_uuid=req.parent_uuid, assistant_uuid=req.summary_uuid,
-        config=config, request=req.request,
+        config=config, workspace=req.workspace, request=req.request,
     )  # fmt: skip
 
 

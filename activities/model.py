@@ -52,7 +52,7 @@ from durable_agent.engine.errors import (
 )
 from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, Usage
 from durable_agent.engine.request import build_request
-from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, QueryConfig
+from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, ModelCallConfig
 from durable_agent.engine.tools import TOOL_SPECS
 from durable_agent.names import Activities, Signals
 
@@ -83,10 +83,10 @@ def default_client(opts: ClientOptions) -> anthropic.AsyncAnthropic:
     )
 
 
-def system_prompt(config: QueryConfig) -> str:
+def system_prompt(config: ModelCallConfig, workspace: str) -> str:
     parts = [
         BASE_SYSTEM_PROMPT,
-        f"Workspace (working directory of every tool): {config.workspace}\n"
+        f"Workspace (working directory of every tool): {workspace}\n"
         f"Platform: {platform.system().lower()}",
     ]
     if config.system_prompt:
@@ -345,7 +345,8 @@ class ModelActivities:
     def _prepare(self, req: CallModelInput) -> tuple[str | None, dict[str, Any]]:
         """Store the new user entry, read the chain, build the request and keep the whole text
         of results it shows cut short: the parent of the answer and the request (blocking)."""
-        sid, system, tools = req.session_id, system_prompt(req.config), req.config.tools
+        sid, tools = req.session_id, req.config.tools
+        system = system_prompt(req.config, req.workspace)
         parent, chain = chain_with_pending(self.store, sid, req.parent_uuid, req.new_user)
         request = request_view(
             self.store,

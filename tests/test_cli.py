@@ -226,14 +226,15 @@ def test_every_run_option_reaches_the_config(tmp_path):
         "--append-system-prompt", "be brief", "--eager-tools", "all", "--no-streaming-tools",
     ])  # fmt: skip
     cfg = build_config(args, tmp_path)
-    assert (cfg.model, cfg.max_turns, cfg.fallback_model, cfg.unattended) == ("m", 3, "f", True)
-    assert cfg.unattended_max_seconds == 7200 and cfg.thinking_budget == 2048
+    call = cfg.call
+    assert (cfg.model, cfg.max_turns, call.fallback_model, call.unattended) == ("m", 3, "f", True)
+    assert cfg.activity.unattended_max_seconds == 7200 and cfg.thinking_budget == 2048
     assert not cfg.prompt_caching and cfg.context_window == 500_000 and not cfg.autocompact
-    assert cfg.task_budget == 9000 and cfg.system_prompt == "be brief"
-    assert cfg.eager_tools == "all" and not cfg.streaming_tool_execution
+    assert cfg.task_budget == 9000 and call.system_prompt == "be brief"
+    assert call.eager_tools == "all" and not call.streaming_tool_execution
     defaults = build_config(parser().parse_args(["run", "x"]), tmp_path)
     assert defaults.autocompact and defaults.prompt_caching and defaults.context_window is None
-    assert defaults.streaming_tool_execution and defaults.eager_tools == "safe"
+    assert defaults.call.streaming_tool_execution and defaults.call.eager_tools == "safe"
 
 
 def test_no_worker_hint_then_ctrl_c_twice_detaches(dev_env, tmp_path):

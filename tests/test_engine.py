@@ -16,7 +16,14 @@ from durable_agent.engine.messages import (
     TranscriptEntry,
     to_api_messages,
 )
-from durable_agent.engine.state import QueryConfig, State, Terminal, Transition
+from durable_agent.engine.state import (
+    ActivityOptions,
+    ModelCallConfig,
+    QueryConfig,
+    State,
+    Terminal,
+    Transition,
+)
 from durable_agent.engine.tools import TOOL_SPECS, partition_tool_calls, tool_is_concurrency_safe
 
 ENGINE = Path(__file__).resolve().parent.parent / "durable_agent" / "engine"
@@ -92,6 +99,74 @@ def test_query_config_is_frozen_with_sane_defaults():
         cfg.model = "x"  # type: ignore[misc]
     with pytest.raises(ValidationError):
         QueryConfig(tool_concurrency=0)
+
+
+OLD_FLAT_CONFIG = {
+    # Every field of the flat QueryConfig (before it was split), none at its default.
+    "model": "m-1",
+    "max_turns": 7,
+    "max_output_tokens": 12_345,
+    "system_prompt": "extra",
+    "workspace": "/w",
+    "tools": ["Read", "Bash"],
+    "tool_concurrency": 3,
+    "query_source": "repl_main_thread",
+    "unattended": True,
+    "unattended_max_seconds": 3600.0,
+    "fallback_model": "m-2",
+    "thinking_budget": 2048,
+    "prompt_caching": False,
+    "max_retries": 4,
+    "context_window": 500_000,
+    "autocompact": False,
+    "tool_result_budget_tokens": 2_000,
+    "message_result_budget_tokens": 3_000,
+    "snip_keep_turns": 5,
+    "microcompact_keep_recent": 2,
+    "microcompact_above_tokens": 60_000,
+    "token_budget": 500_000,
+    "task_budget": 90_000,
+    "streaming_tool_execution": False,
+    "eager_tools": "all",
+    "stop_hooks": False,
+    "compact_max_tokens": 8_000,
+    "iterations_per_run": 9,
+    "model_heartbeat_seconds": 2.5,
+    "tool_heartbeat_seconds": 3.5,
+    "stream_idle_seconds": 30.0,
+    "model_call_timeout_seconds": 120.0,
+    "tool_timeout_seconds": 240.0,
+}
+
+
+def _leaves(cfg: QueryConfig) -> dict[str, object]:
+    """The new shape flattened: each field once, wherever it lives now."""
+    top = cfg.model_dump(mode="json", exclude={"call", "activity"})
+    call = cfg.call.model_dump(mode="json")
+    activity = cfg.activity.model_dump(mode="json")
+    assert not (top.keys() & call.keys()) and not (call.keys() & activity.keys())
+    assert not (top.keys() & activity.keys())
+    return {**top, **call, **activity}
+
+
+def test_a_flat_config_from_an_old_history_validates_to_the_same_values():
+    assert all(
+        QueryConfig().model_dump(mode="json").get(k) != v for k, v in OLD_FLAT_CONFIG.items()
+    )
+    cfg = QueryConfig.model_validate(OLD_FLAT_CONFIG)
+    assert _leaves(cfg) == OLD_FLAT_CONFIG  # no field dropped, none added, each value kept
+    assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "all"
+    assert (
+        cfg.activity.tool_timeout_seconds == 240.0 and cfg.activity.unattended_max_seconds == 3600
+    )
+    assert cfg.workspace == "/w" and cfg.microcompact_keep_recent == 2 and not cfg.stop_hooks
+    # the new shape round-trips, and a flat keyword still lands in its sub-model
+    assert QueryConfig.model_validate_json(cfg.model_dump_json()) == cfg
+    assert QueryConfig(**OLD_FLAT_CONFIG) == cfg
+    assert QueryConfig(unattended=True).call == ModelCallConfig(unattended=True)
+    assert QueryConfig(tool_timeout_seconds=5).activity == ActivityOptions(tool_timeout_seconds=5)
+    with pytest.raises(ValidationError, match="both flat and in `call`"):
+        QueryConfig(unattended=True, call={"unattended": False})
 
 
 def call(name, tool_id="t", **inp):

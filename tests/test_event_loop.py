@@ -35,7 +35,7 @@ from durable_agent.engine.contracts import (
 )
 from durable_agent.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from durable_agent.engine.request import ModelRequest
-from durable_agent.engine.state import PendingUser, QueryConfig, ToolResultRef
+from durable_agent.engine.state import ModelCallConfig, PendingUser, ToolResultRef
 from durable_agent.replay import ReplayServer, text_turn
 from tests.helpers import replay_client_factory
 
@@ -94,7 +94,8 @@ def call_input(tmp_path: Path) -> CallModelInput:
         session_id="s",
         parent_uuid=None,
         assistant_uuid="a1",
-        config=QueryConfig(workspace=str(tmp_path)),
+        config=ModelCallConfig(),
+        workspace=str(tmp_path),
         request=REQUEST,
         new_user=PendingUser(uuid="u1", parent_uuid=None, prompt="hello"),
     )
@@ -199,7 +200,7 @@ async def test_autocompact_stores_the_pending_entry_and_whole_results_without_bl
     )
     req = CompactInput(
         session_id="s", parent_uuid="a0", pending=pending,
-        config=QueryConfig(workspace=str(tmp_path)),
+        config=ModelCallConfig(), workspace=str(tmp_path), microcompact_keep=10,
         request=REQUEST.model_copy(update={"result_budget_tokens": 1_000}),
         boundary_uuid="b", summary_uuid="sum", trigger="auto", pre_tokens=10_000,
     )  # fmt: skip

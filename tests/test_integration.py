@@ -127,7 +127,8 @@ async def test_call_model_activity_stores_entries_and_classifies_errors(store, t
             session_id="s",
             parent_uuid=None,
             assistant_uuid="a1",
-            config=cfg,
+            config=cfg.call,
+            workspace=cfg.workspace,
             request=ModelRequest(model="m", max_tokens=100, prompt_caching=False),
             new_user=PendingUser(uuid="u1", parent_uuid=None, prompt="hello"),
         )

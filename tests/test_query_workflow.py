@@ -191,9 +191,12 @@ async def test_session_runs_prompts_in_sequence_and_validates_updates(ts_env, ta
         await handle.signal(SessionWorkflow.close)
         final = await handle.result()
         await record_histories(ts_env.client, sid)
+        started = (await ts_env.client.get_workflow_handle(f"{sid}-q2").fetch_history()).events[0]
+        payloads = started.workflow_execution_started_event_attributes.input.payloads
+        (second_input,) = await ts_env.client.data_converter.decode(payloads, [QueryInput])
     assert second.terminal == Terminal.COMPLETED
     assert fakes.model_calls[1].new_user.parent_uuid == first.head_uuid  # type: ignore[union-attr]
-    assert fakes.model_calls[1].config.max_turns == 3
+    assert second_input.config.max_turns == 3
     assert final.queries == 2 and final.head_uuid == second.head_uuid and final.closed
     assert final.queued == 0 and fakes.ended_sessions == [sid]
 

@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         NON_RETRYABLE_ERROR_TYPES,
         UNATTENDED_MAX_DELAY_SECONDS,
     )
-    from durable_agent.engine.state import QueryConfig
+    from durable_agent.engine.state import ModelCallConfig, QueryConfig
     from durable_agent.names import Activities
 
 WAIT_FOR_CANCELLATION_PATCH = "interrupt-waits-for-cancellation-v1"
@@ -55,7 +55,7 @@ STORE_TIMEOUT = timedelta(seconds=10)
 """Store steps take milliseconds: a worker killed inside one is noticed by this timeout."""
 
 
-def model_retry_policy(cfg: QueryConfig) -> RetryPolicy:
+def model_retry_policy(cfg: ModelCallConfig) -> RetryPolicy:
     """The classifier decides each retry; this policy is the backstop (and the unattended cap)."""
     cap = UNATTENDED_MAX_DELAY_SECONDS if cfg.unattended else MAX_DELAY_SECONDS
     return RetryPolicy(
@@ -67,19 +67,19 @@ def model_retry_policy(cfg: QueryConfig) -> RetryPolicy:
     )
 
 
-def call_model(req: CallModelInput, summary: str) -> Awaitable[CallModelOutput]:
-    cfg = req.config
+def call_model(req: CallModelInput, cfg: QueryConfig, summary: str) -> Awaitable[CallModelOutput]:
+    opts = cfg.activity
     return workflow.execute_activity(
         Activities.CALL_MODEL,
         req,
         cancellation_type=_on_interrupt(),
         result_type=CallModelOutput,
-        start_to_close_timeout=timedelta(seconds=cfg.model_call_timeout_seconds),
-        schedule_to_close_timeout=timedelta(seconds=cfg.unattended_max_seconds)
-        if cfg.unattended
+        start_to_close_timeout=timedelta(seconds=opts.model_call_timeout_seconds),
+        schedule_to_close_timeout=timedelta(seconds=opts.unattended_max_seconds)
+        if req.config.unattended
         else None,
-        heartbeat_timeout=timedelta(seconds=cfg.model_heartbeat_seconds),
-        retry_policy=model_retry_policy(cfg),
+        heartbeat_timeout=timedelta(seconds=opts.model_heartbeat_seconds),
+        retry_policy=model_retry_policy(req.config),
         summary=summary,
     )
 
@@ -92,8 +92,8 @@ def run_tool(
         req,
         cancellation_type=_on_interrupt(),
         result_type=RunToolOutput,
-        start_to_close_timeout=timedelta(seconds=cfg.tool_timeout_seconds),
-        heartbeat_timeout=timedelta(seconds=cfg.tool_heartbeat_seconds),
+        start_to_close_timeout=timedelta(seconds=cfg.activity.tool_timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=cfg.activity.tool_heartbeat_seconds),
         retry_policy=READ_ONLY_TOOL_RETRY if read_only else SIDE_EFFECT_TOOL_RETRY,
         summary=summary,
     )
@@ -106,15 +106,15 @@ COMPACT_RETRY = RetryPolicy(
 )
 
 
-def autocompact(req: CompactInput) -> Awaitable[CompactOutput]:
+def autocompact(req: CompactInput, cfg: QueryConfig) -> Awaitable[CompactOutput]:
     """A failed compaction counts towards the circuit breaker; it is retried once at most."""
     return workflow.execute_activity(
         Activities.AUTOCOMPACT,
         req,
         cancellation_type=_on_interrupt(),
         result_type=CompactOutput,
-        start_to_close_timeout=timedelta(seconds=req.config.model_call_timeout_seconds),
-        heartbeat_timeout=timedelta(seconds=req.config.model_heartbeat_seconds),
+        start_to_close_timeout=timedelta(seconds=cfg.activity.model_call_timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=cfg.activity.model_heartbeat_seconds),
         retry_policy=COMPACT_RETRY,
         summary=f"{req.trigger} compact ({req.pre_tokens:,} tokens)",
     )

@@ -34,7 +34,10 @@ def error_type(exc: BaseException) -> str | None:
 def model_error(exc: ActivityError, cfg: QueryConfig) -> str:
     text = error_text(exc)
     if exc.retry_state == RetryState.TIMEOUT:
-        limit = cfg.unattended_max_seconds if cfg.unattended else cfg.model_call_timeout_seconds
+        opts = cfg.activity
+        limit = (
+            opts.unattended_max_seconds if cfg.call.unattended else opts.model_call_timeout_seconds
+        )
         return f"gave up after {limit / 3600:g} h of retries; last error: {text}"
     return text
 

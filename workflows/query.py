@@ -162,7 +162,7 @@ class QueryWorkflow:
     @workflow.signal(name=Signals.TOOL_USE_READY)
     def tool_use_ready(self, ready: ToolReady) -> None:
         """A tool_use block is complete in the model's stream: it may start now."""
-        if not self._cfg.streaming_tool_execution or self._interrupted:
+        if not self._cfg.call.streaming_tool_execution or self._interrupted:
             return
         if ready.call_id != self._call_id:
             return  # a call that is over: nothing of it may run now
@@ -234,12 +234,13 @@ class QueryWorkflow:
             parent_uuid=state.head_uuid,
             new_user=state.pending,
             assistant_uuid=assistant_uuid,
-            config=cfg,
+            config=cfg.call,
+            workspace=cfg.workspace,
             request=request,
         )
         try:
             out = await self._guarded(
-                steps.call_model(call, summary=f"turn {state.turn_count}: {request.model}")
+                steps.call_model(call, cfg, summary=f"turn {state.turn_count}: {request.model}")
             )
         except _Interrupted:
             self._discard_executors()  # still Phase.CALL: the interrupt ends the prompt
@@ -292,7 +293,7 @@ class QueryWorkflow:
             return steps.run_tool(req, cfg, call.summary, call.read_only)
 
         return StreamingToolExecutor(
-            run, self._emit, tool_failure, cfg.tool_concurrency, cfg.eager_tools
+            run, self._emit, tool_failure, cfg.tool_concurrency, cfg.call.eager_tools
         )
 
     def _discard_executors(self) -> None:
@@ -310,7 +311,7 @@ class QueryWorkflow:
             session_id=self._inp.session_id,
             workspace=self._cfg.workspace,
             stop_hook_active=self._state.stop_hook_active,
-            heartbeat_seconds=self._cfg.tool_heartbeat_seconds,
+            heartbeat_seconds=self._cfg.activity.tool_heartbeat_seconds,
         )
         try:
             out = await self._guarded(steps.run_stop_hooks(req))
@@ -342,7 +343,9 @@ class QueryWorkflow:
             session_id=self._inp.session_id,
             parent_uuid=state.head_uuid,
             pending=state.pending,
-            config=cfg,
+            config=cfg.call,
+            workspace=cfg.workspace,
+            microcompact_keep=cfg.microcompact_keep_recent,
             request=model_request(state, cfg),
             boundary_uuid=str(workflow.uuid4()),
             summary_uuid=str(workflow.uuid4()),
@@ -350,7 +353,7 @@ class QueryWorkflow:
             pre_tokens=state.context_tokens,
         )
         try:
-            out = await self._guarded(steps.autocompact(req))
+            out = await self._guarded(steps.autocompact(req, cfg))
         except _Interrupted:
             return
         except ActivityError as exc:

@@ -13,7 +13,9 @@ from durable_agent.engine.budget import parse_amount
 from durable_agent.engine.state import (
     DEFAULT_MODEL,
     TOOL_CONCURRENCY_ENV,
+    ActivityOptions,
     EagerTools,
+    ModelCallConfig,
     QueryConfig,
 )
 
@@ -50,18 +52,20 @@ def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
         max_turns=args.max_turns,
         workspace=str(workspace),
         tool_concurrency=_tool_concurrency(),
-        system_prompt=getattr(args, "append_system_prompt", None),
-        unattended=args.unattended,
-        unattended_max_seconds=args.unattended_hours * 3600,
-        fallback_model=args.fallback_model,
         thinking_budget=args.thinking_budget,
         prompt_caching=not args.no_prompt_caching,
         context_window=args.context_window,
         autocompact=not args.no_autocompact,
         task_budget=args.task_budget,
         token_budget=args.token_budget,
-        streaming_tool_execution=not args.no_streaming_tools,
-        eager_tools=EagerTools(args.eager_tools),
+        call=ModelCallConfig(
+            system_prompt=getattr(args, "append_system_prompt", None),
+            unattended=args.unattended,
+            fallback_model=args.fallback_model,
+            streaming_tool_execution=not args.no_streaming_tools,
+            eager_tools=EagerTools(args.eager_tools),
+        ),
+        activity=ActivityOptions(unattended_max_seconds=args.unattended_hours * 3600),
     )
 
 

@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 from durable_agent.engine.messages import ToolResultBlock, Usage
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import (
+    ModelCallConfig,
     PendingUser,
     QueryConfig,
     QueryResult,
@@ -23,7 +24,9 @@ class CallModelInput(BaseModel):
     parent_uuid: str | None
     new_user: PendingUser | None = None
     assistant_uuid: str
-    config: QueryConfig
+    config: ModelCallConfig
+    workspace: str
+    """The tools' directory (the system prompt names it)."""
     request: ModelRequest
 
 
@@ -105,7 +108,11 @@ class CompactInput(BaseModel):
     session_id: str
     parent_uuid: str | None
     pending: PendingUser | None
-    config: QueryConfig
+    config: ModelCallConfig
+    workspace: str
+    """Where the PreCompact hooks run; the system prompt names it."""
+    microcompact_keep: int
+    """The summary request clears tool results older than the newest N (`microcompact_keep_recent`)."""
     request: ModelRequest
     boundary_uuid: str
     summary_uuid: str

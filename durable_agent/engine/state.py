@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from durable_agent.engine.budget import BudgetTracker
 from durable_agent.engine.errors import ErrorKind
@@ -65,8 +66,56 @@ class EagerTools(StrEnum):
     NONE = "none"
 
 
+class ModelCallConfig(BaseModel):
+    """What the model call reads (call_model, and the compaction's summary call): it is
+    `CallModelInput.config` and `CompactInput.config`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    system_prompt: str | None = None
+    """Extra system prompt text appended to the built-in one."""
+    tools: tuple[str, ...] = tuple(name.value for name in ToolName)
+    """Names of the tools offered to the model."""
+    query_source: str = "sdk"
+    """Who asks (the reference engine's querySource): background sources fail at once on 529."""
+    unattended: bool = False
+    """Ride out 429/529 indefinitely (backoff capped at 5 minutes) for
+    `ActivityOptions.unattended_max_seconds`."""
+    fallback_model: str | None = None
+    """Model to switch to for the rest of the query when the main one stays overloaded."""
+    max_retries: int = Field(default=10, ge=0)
+    """Retries of one model call after its first attempt, outside unattended 429/529 handling."""
+    stream_idle_seconds: float = Field(default=90.0, gt=0)
+    """A model stream that sends nothing for this long is a stalled attempt: closed, retried."""
+    streaming_tool_execution: bool = True
+    """Start tools while the model streams (StreamingToolExecutor); off: after the stream."""
+    eager_tools: EagerTools = EagerTools.SAFE
+    """Which tools may start before the stream ends (see EagerTools)."""
+    compact_max_tokens: int = Field(default=16_000, ge=1_000)
+    """Output cap of a summary (it must fit the 20k summary reserve)."""
+
+
+class ActivityOptions(BaseModel):
+    """Timeouts and heartbeats of the activities; only workflows/ reads them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    unattended_max_seconds: float = Field(default=UNATTENDED_MAX_SECONDS, gt=0)
+    """schedule_to_close of a model call in unattended mode (all its retries included)."""
+    model_heartbeat_seconds: float = 5.0
+    """Heartbeat timeout of the model activity (a dead worker is noticed after this)."""
+    tool_heartbeat_seconds: float = 5.0
+    """Heartbeat timeout of tool and hook activities."""
+    model_call_timeout_seconds: float = 600.0
+    """start_to_close of one model call attempt."""
+    tool_timeout_seconds: float = 900.0
+    """start_to_close of one tool attempt (Bash has its own, shorter, timeout)."""
+
+
 class QueryConfig(BaseModel):
-    """Gates and limits, snapshotted once when a query starts (never read from env in a workflow)."""
+    """Gates and limits, snapshotted once when a query starts (never read from env in a workflow):
+    what the engine decides with, and (`call`, `activity`) what the model call and the activity
+    options read."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -76,28 +125,14 @@ class QueryConfig(BaseModel):
     """Stop with `max_turns` once this many model turns ran (None = unlimited)."""
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     """`max_tokens` of each request."""
-    system_prompt: str | None = None
-    """Extra system prompt text appended to the built-in one."""
     workspace: str = "."
     """Absolute path of the directory the tools are confined to."""
-    tools: tuple[str, ...] = tuple(name.value for name in ToolName)
-    """Names of the tools offered to the model."""
     tool_concurrency: int = Field(default=DEFAULT_TOOL_CONCURRENCY, ge=1)
     """How many concurrency-safe tools run at once."""
-    query_source: str = "sdk"
-    """Who asks (the reference engine's querySource): background sources fail at once on 529."""
-    unattended: bool = False
-    """Ride out 429/529 indefinitely (backoff capped at 5 minutes) for `unattended_max_seconds`."""
-    unattended_max_seconds: float = Field(default=UNATTENDED_MAX_SECONDS, gt=0)
-    """schedule_to_close of a model call in unattended mode (all its retries included)."""
-    fallback_model: str | None = None
-    """Model to switch to for the rest of the query when the main one stays overloaded."""
     thinking_budget: int | None = Field(default=None, ge=1024)
     """Enable extended thinking with this many budget tokens."""
     prompt_caching: bool = True
     """cache_control on the system prompt and the last message."""
-    max_retries: int = Field(default=10, ge=0)
-    """Retries of one model call after its first attempt, outside unattended 429/529 handling."""
     context_window: int | None = Field(default=None, ge=50_000)
     """Context window in tokens (default: 200k, or 1M for a model id ending in `[1m]`)."""
     autocompact: bool = True
@@ -118,26 +153,35 @@ class QueryConfig(BaseModel):
     task_budget: int | None = Field(default=None, ge=1)
     """Total task budget (API `output_config.task_budget`), sent from the first request;
     `remaining` is added after a compaction."""
-    streaming_tool_execution: bool = True
-    """Start tools while the model streams (StreamingToolExecutor); off: after the stream."""
-    eager_tools: EagerTools = EagerTools.SAFE
-    """Which tools may start before the stream ends (see EagerTools)."""
     stop_hooks: bool = True
     """Run the user's Stop hooks (Claude Code settings) when Claude finishes."""
-    compact_max_tokens: int = Field(default=16_000, ge=1_000)
-    """Output cap of a summary (it must fit the 20k summary reserve)."""
     iterations_per_run: int = Field(default=DEFAULT_ITERATIONS_PER_RUN, ge=1)
     """Continue-as-new after this many loop iterations in one workflow run."""
-    model_heartbeat_seconds: float = 5.0
-    """Heartbeat timeout of the model activity (a dead worker is noticed after this)."""
-    tool_heartbeat_seconds: float = 5.0
-    """Heartbeat timeout of tool and hook activities."""
-    stream_idle_seconds: float = Field(default=90.0, gt=0)
-    """A model stream that sends nothing for this long is a stalled attempt: closed, retried."""
-    model_call_timeout_seconds: float = 600.0
-    """start_to_close of one model call attempt."""
-    tool_timeout_seconds: float = 900.0
-    """start_to_close of one tool attempt (Bash has its own, shorter, timeout)."""
+    call: ModelCallConfig = ModelCallConfig()
+    """What the model call reads (sent with each call)."""
+    activity: ActivityOptions = ActivityOptions()
+    """Timeouts and heartbeats of the activities the workflow schedules."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_fields(cls, data: Any) -> Any:
+        """The flat shape (histories written before the split, and `QueryConfig(unattended=True)`)
+        gives the same config: each field of a sub-model is moved into it."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key, sub in (("call", ModelCallConfig), ("activity", ActivityOptions)):
+            flat = {name: data.pop(name) for name in sub.model_fields if name in data}
+            if not flat:
+                continue
+            nested = data.get(key) or {}
+            if isinstance(nested, BaseModel):
+                nested = nested.model_dump(exclude_unset=True)
+            twice = sorted(set(flat) & set(nested))
+            if twice:
+                raise ValueError(f"{', '.join(twice)} given both flat and in `{key}`")
+            data[key] = {**nested, **flat}
+        return data
 
 
 class ToolResultRef(BaseModel):

@@ -198,8 +198,9 @@ def _after_failure(state: State, cfg: QueryConfig) -> Step | State:
     """The main model stays overloaded: the same request to the fallback model, once."""
     ending = state.ending
     assert ending is not None
-    if ending.error_type == FALLBACK_TRIGGERED and cfg.fallback_model and not state.model:
-        return after_fallback(state, cfg.fallback_model).model_copy(
-            update={"notice": f"{cfg.model} stays overloaded; switching to {cfg.fallback_model}"}
+    fallback = cfg.call.fallback_model
+    if ending.error_type == FALLBACK_TRIGGERED and fallback and not state.model:
+        return after_fallback(state, fallback).model_copy(
+            update={"notice": f"{cfg.model} stays overloaded; switching to {fallback}"}
         )
     return Finish(state=state, terminal=Terminal.MODEL_ERROR, message=ending.message)
