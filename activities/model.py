@@ -447,7 +447,7 @@ class ModelActivities:
         details = track.model_dump(mode="json")
         activity.heartbeat(details)
         refresh = track.credential_refreshes > 0 and self._client is None
-        early = req.config.streaming_tool_execution and req.config.eager_tools != EagerTools.NONE
+        early = req.config.eager_tools != EagerTools.NONE
         idle = req.config.stream_idle_seconds
 
         async def on_event(event: Any) -> None:

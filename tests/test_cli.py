@@ -231,10 +231,10 @@ def test_every_run_option_reaches_the_config(tmp_path):
     assert cfg.activity.unattended_max_seconds == 7200 and cfg.thinking_budget == 2048
     assert not cfg.prompt_caching and cfg.context_window == 500_000 and not cfg.autocompact
     assert cfg.task_budget == 9000 and call.system_prompt == "be brief"
-    assert call.eager_tools == "all" and not call.streaming_tool_execution
+    assert call.eager_tools == "none"  # --no-streaming-tools wins over --eager-tools
     defaults = build_config(parser().parse_args(["run", "x"]), tmp_path)
     assert defaults.autocompact and defaults.prompt_caching and defaults.context_window is None
-    assert defaults.call.streaming_tool_execution and defaults.call.eager_tools == "safe"
+    assert defaults.call.eager_tools == "safe"
 
 
 def test_no_worker_hint_then_ctrl_c_twice_detaches(dev_env, tmp_path):

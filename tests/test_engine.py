@@ -154,8 +154,13 @@ def test_a_flat_config_from_an_old_history_validates_to_the_same_values():
         QueryConfig().model_dump(mode="json").get(k) != v for k, v in OLD_FLAT_CONFIG.items()
     )
     cfg = QueryConfig.model_validate(OLD_FLAT_CONFIG)
-    assert _leaves(cfg) == OLD_FLAT_CONFIG  # no field dropped, none added, each value kept
-    assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "all"
+    # no field dropped, none added, each value kept; streaming execution off is eager_tools none
+    expected = {k: v for k, v in OLD_FLAT_CONFIG.items() if k != "streaming_tool_execution"}
+    assert _leaves(cfg) == {**expected, "eager_tools": "none"}
+    assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "none"
+    assert QueryConfig(eager_tools="all").call.eager_tools == "all"
+    assert QueryConfig(streaming_tool_execution=True, eager_tools="all").call.eager_tools == "all"
+    assert ModelCallConfig(streaming_tool_execution=False).eager_tools == "none"
     assert (
         cfg.activity.tool_timeout_seconds == 240.0 and cfg.activity.unattended_max_seconds == 3600
     )

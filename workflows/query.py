@@ -162,7 +162,7 @@ class QueryWorkflow:
     @workflow.signal(name=Signals.TOOL_USE_READY)
     def tool_use_ready(self, ready: ToolReady) -> None:
         """A tool_use block is complete in the model's stream: it may start now."""
-        if not self._cfg.call.streaming_tool_execution or self._interrupted:
+        if self._interrupted:
             return
         if ready.call_id != self._call_id:
             return  # a call that is over: nothing of it may run now

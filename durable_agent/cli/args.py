@@ -62,8 +62,9 @@ def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
             system_prompt=getattr(args, "append_system_prompt", None),
             unattended=args.unattended,
             fallback_model=args.fallback_model,
-            streaming_tool_execution=not args.no_streaming_tools,
-            eager_tools=EagerTools(args.eager_tools),
+            eager_tools=EagerTools.NONE
+            if args.no_streaming_tools
+            else EagerTools(args.eager_tools),
         ),
         activity=ActivityOptions(unattended_max_seconds=args.unattended_hours * 3600),
     )

@@ -64,6 +64,18 @@ class EagerTools(StrEnum):
     still runs to its end, and for these that costs nothing."""
     ALL = "all"
     NONE = "none"
+    """Every tool starts after the stream (`--no-streaming-tools`)."""
+
+
+LEGACY_STREAMING_FLAG = "streaming_tool_execution"
+
+
+def _legacy_streaming_flag(data: dict[str, Any]) -> dict[str, Any]:
+    """Configs written before `eager_tools` was the one gate: streaming execution off meant
+    that nothing starts early, whatever `eager_tools` said."""
+    if data.pop(LEGACY_STREAMING_FLAG, True) is False:
+        data["eager_tools"] = EagerTools.NONE
+    return data
 
 
 class ModelCallConfig(BaseModel):
@@ -87,12 +99,16 @@ class ModelCallConfig(BaseModel):
     """Retries of one model call after its first attempt, outside unattended 429/529 handling."""
     stream_idle_seconds: float = Field(default=90.0, gt=0)
     """A model stream that sends nothing for this long is a stalled attempt: closed, retried."""
-    streaming_tool_execution: bool = True
-    """Start tools while the model streams (StreamingToolExecutor); off: after the stream."""
     eager_tools: EagerTools = EagerTools.SAFE
-    """Which tools may start before the stream ends (see EagerTools)."""
+    """Which tools may start while the model still streams (see EagerTools); the one gate of
+    streaming tool execution (`none` is the old `streaming_tool_execution: false`)."""
     compact_max_tokens: int = Field(default=16_000, ge=1_000)
     """Output cap of a summary (it must fit the 20k summary reserve)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_gate(cls, data: Any) -> Any:
+        return _legacy_streaming_flag(dict(data)) if isinstance(data, dict) else data
 
 
 class ActivityOptions(BaseModel):
@@ -169,7 +185,7 @@ class QueryConfig(BaseModel):
         gives the same config: each field of a sub-model is moved into it."""
         if not isinstance(data, dict):
             return data
-        data = dict(data)
+        data = _legacy_streaming_flag(dict(data))
         for key, sub in (("call", ModelCallConfig), ("activity", ActivityOptions)):
             flat = {name: data.pop(name) for name in sub.model_fields if name in data}
             if not flat:
