@@ -299,14 +299,14 @@ class ModelActivities:
         """Answers streamed but not yet stored: a retry stores them without calling the API."""
 
     async def client(self, refresh_key: bool = False) -> anthropic.AsyncAnthropic:
-        """The client, built with the current key (settings read, `apiKeyHelper` run off the
-        event loop) when there is none yet or the key must be refreshed."""
+        """The client, built off the event loop with the current key (settings read,
+        `apiKeyHelper` run) when there is none yet or the key must be refreshed."""
         async with self._client_lock:
             if self._client is None or refresh_key:
                 key = await off_loop(self.credentials.api_key, refresh=refresh_key)
-                self._client = self.client_factory(
-                    ClientOptions(api_key=key, keepalive=self._keepalive)
-                )
+                # Off the loop too: the client loads its TLS certificates (tens of ms).
+                options = ClientOptions(api_key=key, keepalive=self._keepalive)
+                self._client = await off_loop(self.client_factory, options)
             return self._client
 
     @activity.defn(name=Activities.CALL_MODEL)
