@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.credentials import Credentials, CredentialsError
 from activities.heartbeat import heartbeating
+from activities.tools.registry import IN_STEP_TOOLS, run_in_step
 from activities.transcript import (
     StoreError,
     TranscriptStore,
@@ -36,6 +37,7 @@ from durable_agent.engine.contracts import (
     CallModelInput,
     CallModelOutput,
     RetryNotice,
+    RunToolOutput,
     ToolCall,
     ToolReady,
     WithheldError,
@@ -364,11 +366,27 @@ class ModelActivities:
         track: RetryTrack,
         span: Span,
     ) -> CallModelOutput:
+        in_step: dict[str, asyncio.Task[RunToolOutput]] = {}
+        try:
+            return await self._answer(req, request, parent, track, span, in_step)
+        finally:
+            for task in in_step.values():  # a failed attempt's tools stop with it
+                task.cancel()
+
+    async def _answer(
+        self,
+        req: CallModelInput,
+        request: dict[str, Any],
+        parent: str | None,
+        track: RetryTrack,
+        span: Span,
+        in_step: dict[str, asyncio.Task[RunToolOutput]],
+    ) -> CallModelOutput:
         """Stream the request; store and describe the answer, or classify the failure."""
         info = activity.info()
         key = (req.session_id, req.assistant_uuid)
         try:
-            final = self._received.get(key) or await self._stream(request, track, req)
+            final = self._received.get(key) or await self._stream(request, track, req, in_step)
         except (
             anthropic.APIError,
             httpx2.HTTPError,
@@ -411,6 +429,7 @@ class ModelActivities:
             raise StoreError(str(exc)) from exc
         del self._received[key]
         _record_usage(span, final)
+        tool_results = await self._finish_in_step(req, message, in_step)
         return CallModelOutput(
             assistant_uuid=req.assistant_uuid,
             stop_reason=final.stop_reason,
@@ -424,7 +443,43 @@ class ModelActivities:
             tool_calls=[_tool_call(b.id, b.name, b.input) for b in message.tool_uses()],
             model=final.model or req.request.model,
             attempt=info.attempt,
+            tool_results=tool_results,
         )
+
+    def _in_step(self, req: CallModelInput, block: ToolUseBlock) -> bool:
+        return (
+            req.run_read_only_tools
+            and block.name in IN_STEP_TOOLS
+            and block.name in req.config.tools
+        )
+
+    def _start_in_step(
+        self,
+        req: CallModelInput,
+        block: ToolUseBlock,
+        in_step: dict[str, asyncio.Task[RunToolOutput]],
+    ) -> None:
+        if block.id not in in_step:
+            run_id = f"step{activity.info().attempt}"
+            in_step[block.id] = asyncio.create_task(
+                run_in_step(self.store, req.session_id, block, req.workspace, run_id)
+            )
+
+    async def _finish_in_step(
+        self,
+        req: CallModelInput,
+        message: Message,
+        in_step: dict[str, asyncio.Task[RunToolOutput]],
+    ) -> list[RunToolOutput]:
+        """The read-only tools of the answer this step runs itself: those started while the
+        stream ran, and the rest now (a retry that had the answer already streamed)."""
+        blocks = [b for b in message.tool_uses() if self._in_step(req, b)]
+        for block in blocks:
+            self._start_in_step(req, block, in_step)
+        if not blocks:
+            return []
+        async with heartbeating():
+            return [await in_step[b.id] for b in blocks]
 
     async def _tool_ready(self, req: CallModelInput, block: ToolUseBlock) -> None:
         """Tell the workflow a tool_use is complete, and wait until the signal is accepted so
@@ -442,7 +497,11 @@ class ModelActivities:
         await handle.signal(Signals.TOOL_USE_READY, ready)
 
     async def _stream(
-        self, request: dict[str, Any], track: RetryTrack, req: CallModelInput
+        self,
+        request: dict[str, Any],
+        track: RetryTrack,
+        req: CallModelInput,
+        in_step: dict[str, asyncio.Task[RunToolOutput]],
     ) -> anthropic.types.Message:
         details = track.model_dump(mode="json")
         activity.heartbeat(details)
@@ -452,12 +511,13 @@ class ModelActivities:
 
         async def on_event(event: Any) -> None:
             activity.heartbeat(details)
-            if early and event.type == "content_block_stop":
-                block = event.content_block
-                if block.type == "tool_use":
-                    await self._tool_ready(
-                        req, ToolUseBlock(id=block.id, name=block.name, input=dict(block.input))
-                    )
+            if event.type == "content_block_stop" and event.content_block.type == "tool_use":
+                raw = event.content_block
+                block = ToolUseBlock(id=raw.id, name=raw.name, input=dict(raw.input))
+                if self._in_step(req, block):
+                    self._start_in_step(req, block, in_step)
+                elif early:
+                    await self._tool_ready(req, block)
 
         async with heartbeating(details):
             client = await self.client(refresh_key=refresh)

@@ -9,7 +9,7 @@ from activities.model import ModelActivities
 from durable_agent.engine.contracts import CallModelInput
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import PendingUser, QueryConfig, Terminal
-from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
+from durable_agent.replay import ErrorReply, Fault, ReplayServer, Turn, text_turn, tool_turn
 from tests.helpers import replay_client_factory, run_session
 from workflows.session import query_workflow_id
 
@@ -194,3 +194,49 @@ async def test_an_oversized_payload_is_offloaded_not_stuck(
     assert stored and all(p.stat().st_size > 256 * 1024 for p in stored)
     history = await client.get_workflow_handle(query_workflow_id(sid, 1)).fetch_history()
     assert max(e.ByteSize() for e in history.events) < 64 * 1024
+
+
+async def test_read_only_tools_run_inside_the_model_call_step(
+    dev_env, store, workspace, task_queue
+):
+    """Read, Grep and Glob run in the call_model activity that streamed them (issue 9: a turn
+    that only reads is one activity, no tool_use_ready signal); an Edit beside them is still a
+    run_tool activity; a retried attempt runs its reads again and only its own results count."""
+    (workspace / "notes.txt").write_text("alpha\nbeta\n")
+    turns = [
+        Turn(
+            response=tool_turn(
+                [("r1", "Read", {"file_path": "notes.txt"}), ("g1", "Glob", {"pattern": "*.txt"})]
+            ).response,
+            fault=Fault(kind="drop", after_events=5),  # after the Read block
+        ),
+        tool_turn(
+            [("r1", "Read", {"file_path": "notes.txt"}), ("g1", "Glob", {"pattern": "*.txt"})]
+        ),
+        tool_turn(
+            [("e1", "Edit", {"file_path": "notes.txt", "old_string": "beta", "new_string": "b"})]
+        ),
+        text_turn("done"),
+    ]
+    with ReplayServer(turns) as server:
+        sid, status = await run_session(
+            dev_env.client, server, store, workspace, "look", task_queue
+        )
+    assert server.violations == []
+    assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
+    results = {b["tool_use_id"]: b for b in server.requests[2]["messages"][-1]["content"]}
+    assert "alpha" in results["r1"]["content"] and "notes.txt" in results["g1"]["content"]
+    history = await dev_env.client.get_workflow_handle(query_workflow_id(sid, 1)).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    ready = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and e.workflow_execution_signaled_event_attributes.signal_name == "tool_use_ready"
+    ]
+    assert scheduled.count("run_tool") == 1  # the Edit only
+    assert len(ready) == 1  # the Edit's; the reads sent none

@@ -81,7 +81,7 @@ async def test_a_bug_in_a_tool_task_fails_the_prompt_instead_of_waiting_forever(
     # The sandbox imports the workflow module afresh for each run, taking its names from the
     # passed-through engine modules: the tool task's input model is the broken one.
     monkeypatch.setattr(contracts, "RunToolInput", broken)
-    turns = [tool_turn([("toolu_1", "Read", {"file_path": "a.txt"})]), text_turn("never")]
+    turns = [tool_turn([("toolu_1", "Bash", {"command": "true"})]), text_turn("never")]
     with ReplayServer(turns) as server:
         factory = replay_client_factory(server)
         async with build_worker(ts_env.client, task_queue, store, factory):

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         tools_done,
     )
     from durable_agent.engine.state import (
+        EagerTools,
         PendingUser,
         Phase,
         ProgressEvent,
@@ -67,6 +68,9 @@ T = TypeVar("T")
 
 STOP_HOOKS_PATCH = "stop-hooks-v1"
 """Histories recorded before Stop hooks existed end without the hooks activity."""
+READ_ONLY_TOOLS_IN_STEP_PATCH = "read-only-tools-in-step-v1"
+"""Read, Grep and Glob run inside the model-call step: a turn that only reads costs one
+activity, not two and a signal. Histories from before ran them as run_tool activities."""
 
 
 class _Interrupted(Exception):
@@ -237,6 +241,8 @@ class QueryWorkflow:
             config=cfg.call,
             workspace=cfg.workspace,
             request=request,
+            run_read_only_tools=cfg.call.eager_tools != EagerTools.NONE
+            and workflow.patched(READ_ONLY_TOOLS_IN_STEP_PATCH),
         )
         try:
             out = await self._guarded(
@@ -270,6 +276,7 @@ class QueryWorkflow:
         self._executors = {answer.attempt: executor}
         if self._interrupted:
             executor.interrupt()
+        executor.completed(answer.tool_calls, answer.done)
         executor.reconcile(answer.tool_calls)
         executor.end_stream()
         await executor.remaining_results()

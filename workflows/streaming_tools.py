@@ -74,6 +74,17 @@ class StreamingToolExecutor:
         self.tools.append(TrackedTool(call))
         self._process_queue()
 
+    def completed(self, calls: list[ToolCall], done: list[RunToolOutput]) -> None:
+        """Tools the model-call step already ran: results to yield, nothing to start."""
+        by_id = {c.id: c for c in calls}
+        for output in done:
+            call = by_id.get(output.tool_use_id)
+            if call is None or any(t.call.id == call.id for t in self.tools):
+                continue
+            self._emit(ProgressKind.TOOL_CALL, call.summary, False)
+            tracked = TrackedTool(call, ToolStatus.COMPLETED, output.run_id, output)
+            self.tools.append(tracked)
+
     def can_execute_tool(self, concurrency_safe: bool) -> bool:
         """Nothing executing, or it and every executing tool are concurrency-safe."""
         executing = [t for t in self.tools if t.status == ToolStatus.EXECUTING]

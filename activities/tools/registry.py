@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.trace import Span
 from pydantic import ValidationError
 from temporalio import activity
 
@@ -91,6 +93,48 @@ def preview(name: str, text: str) -> str:
     return f"{line} (+{len(lines) - 1} lines)" if len(lines) > 1 else line
 
 
+@contextlib.contextmanager
+def tool_span(block: ToolUseBlock) -> Iterator[Span]:
+    """The OpenTelemetry span of one tool execution (GenAI semantic conventions)."""
+    with telemetry.tracer().start_as_current_span(f"execute_tool {block.name}") as span:
+        span.set_attributes(
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": block.name,
+             "gen_ai.tool.call.id": block.id}
+        )  # fmt: skip
+        yield span
+
+
+IN_STEP_TOOLS = frozenset({ToolName.READ, ToolName.GREP, ToolName.GLOB})
+"""Short and read-only whatever their input: the model-call step may run them itself (a
+retried step runs them again, which changes nothing)."""
+
+
+async def run_in_step(
+    store: TranscriptStore, session_id: str, block: ToolUseBlock, workspace: str, run_id: str
+) -> RunToolOutput:
+    """Run a read-only tool inside the step that needs it and store its result, as run_tool
+    would (kept inline if the store cannot hold it: the model must see it)."""
+    overflow = (store.overflow_dir(session_id),)
+    with tool_span(block) as span:
+        output = await execute_tool(block.name, block.input, workspace, overflow)
+        span.set_attribute("durable_agent.tool.is_error", output.is_error)
+    result = ToolResultBlock(tool_use_id=block.id, content=output.content, is_error=output.is_error)
+    inline = False
+    try:
+        await off_loop(store.put_tool_result, session_id, result, run_id)
+    except (StoreError, OSError):
+        inline = True
+    text = result.text()
+    return RunToolOutput(
+        tool_use_id=block.id,
+        is_error=result.is_error,
+        preview=preview(block.name, text),
+        content_chars=len(text),
+        inline=result if inline else None,
+        run_id=run_id,
+    )
+
+
 class ToolActivities:
     """Tool activities; receives the store it writes results to."""
 
@@ -156,12 +200,7 @@ class ToolActivities:
                 await off_loop(kill_tagged, _run_tag(req))  # what the lost attempt left running
                 return ToolOutput(INTERRUPTED_TEXT, is_error=True)
             await off_loop(self._mark_started, req)
-        span_name = f"execute_tool {block.name}"
-        with telemetry.tracer().start_as_current_span(span_name) as span:
-            span.set_attributes(
-                {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": block.name,
-                 "gen_ai.tool.call.id": block.id}
-            )  # fmt: skip
+        with tool_span(block) as span:
             token = RUN_TAG.set(_run_tag(req))
             try:
                 output = await self._execute(req, block)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from durable_agent.engine.messages import ToolResultBlock, Usage
+from durable_agent.engine.messages import Usage
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import (
     ModelCallConfig,
@@ -13,6 +13,7 @@ from durable_agent.engine.state import (
     QueryResult,
     State,
 )
+from durable_agent.engine.state import RunToolOutput as RunToolOutput  # re-exported
 from durable_agent.engine.state import ToolCall as ToolCall  # re-exported: State carries it
 from durable_agent.engine.state import WithheldError as WithheldError
 
@@ -28,6 +29,9 @@ class CallModelInput(BaseModel):
     workspace: str
     """The tools' directory (the system prompt names it)."""
     request: ModelRequest
+    run_read_only_tools: bool = False
+    """Run the answer's Read, Grep and Glob calls inside this step (no tool activity, no
+    signal); their results come back in `CallModelOutput.tool_results`."""
 
 
 class RetryNotice(BaseModel):
@@ -50,6 +54,8 @@ class CallModelOutput(BaseModel):
     withheld: WithheldError | None = None
     attempt: int = 1
     """The activity attempt that produced this message (its early tools are the valid ones)."""
+    tool_results: list[RunToolOutput] = Field(default_factory=list)
+    """The tool calls this step ran itself (`run_read_only_tools`), stored under their run_id."""
 
 
 class ToolReady(BaseModel):
@@ -71,16 +77,6 @@ class RunToolInput(BaseModel):
     workspace: str
     run_id: str = ""
     """Names this execution's stored result."""
-
-
-class RunToolOutput(BaseModel):
-    tool_use_id: str
-    is_error: bool
-    preview: str
-    """First line(s) of the result for display; the whole result is in the store."""
-    content_chars: int = 0
-    inline: ToolResultBlock | None = None
-    """The whole result, when the store could not keep it (the tool ran; it must not be lost)."""
 
 
 class AppendEntryInput(BaseModel):

@@ -53,7 +53,12 @@ def after_model_response(
             "head_uuid": out.assistant_uuid,
             "pending": None,
             "context_tokens": usage_context_tokens(out.usage),
-            "answer": Answer(attempt=out.attempt, tool_calls=out.tool_calls, text=out.text),
+            "answer": Answer(
+                attempt=out.attempt,
+                tool_calls=out.tool_calls,
+                text=out.text,
+                done=out.tool_results,
+            ),
         }
     )
     if out.tool_calls:

@@ -237,6 +237,18 @@ class ToolCall(BaseModel):
     summary: str
 
 
+class RunToolOutput(BaseModel):
+    tool_use_id: str
+    is_error: bool
+    preview: str
+    """First line(s) of the result for display; the whole result is in the store."""
+    content_chars: int = 0
+    inline: ToolResultBlock | None = None
+    """The whole result, when the store could not keep it (the tool ran; it must not be lost)."""
+    run_id: str = ""
+    """Of a tool the model-call step ran itself: the execution its stored result belongs to."""
+
+
 class Phase(StrEnum):
     """Where the loop is: what the last step left for the engine to decide on (`decide`)."""
 
@@ -269,6 +281,8 @@ class Answer(BaseModel):
     """The activity attempt that produced it (its early tools are the valid ones)."""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     text: str = ""
+    done: list[RunToolOutput] = Field(default_factory=list)
+    """Tool calls the model-call step already ran (read-only ones)."""
 
 
 class Ending(BaseModel):
