@@ -119,20 +119,11 @@ async def run_in_step(
         output = await execute_tool(block.name, block.input, workspace, overflow)
         span.set_attribute("durable_agent.tool.is_error", output.is_error)
     result = ToolResultBlock(tool_use_id=block.id, content=output.content, is_error=output.is_error)
-    inline = False
     try:
         await off_loop(store.put_tool_result, session_id, result, run_id)
     except (StoreError, OSError):
-        inline = True
-    text = result.text()
-    return RunToolOutput(
-        tool_use_id=block.id,
-        is_error=result.is_error,
-        preview=preview(block.name, text),
-        content_chars=len(text),
-        inline=result if inline else None,
-        run_id=run_id,
-    )
+        return describe(block.name, result, inline=True, run_id=run_id)
+    return describe(block.name, result, inline=False, run_id=run_id)
 
 
 class ToolActivities:
@@ -280,11 +271,18 @@ def _is_zombie(pid: int) -> bool:
 
 
 def _output(req: RunToolInput, result: ToolResultBlock, inline: bool = False) -> RunToolOutput:
+    return describe(req.name, result, inline)
+
+
+def describe(name: str, result: ToolResultBlock, inline: bool, run_id: str = "") -> RunToolOutput:
+    """What the workflow gets of a tool's result: a preview and its size (the whole result is in
+    the store, or `inline` when the store could not keep it)."""
     text = result.text()
     return RunToolOutput(
-        tool_use_id=req.tool_use_id,
+        tool_use_id=result.tool_use_id,
         is_error=result.is_error,
-        preview=preview(req.name, text),
+        preview=preview(name, text),
         content_chars=len(text),
         inline=result if inline else None,
+        run_id=run_id,
     )
