@@ -120,11 +120,17 @@ async def test_hooks_heartbeat_and_get_no_secrets(tmp_path, monkeypatch):
 def _tagged_sleeper(tag):
     import os
     import subprocess
+    import time
 
-    from activities.tools.environment import RUN_TAG_NAME
+    from activities.tools.environment import RUN_TAG_NAME, tagged_processes
 
     env = {**os.environ, RUN_TAG_NAME: tag}
-    return subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
+    proc = subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
+    for _ in range(100):  # in the middle of exec its environment reads empty for a moment
+        if proc.pid in tagged_processes(tag):
+            break
+        time.sleep(0.02)
+    return proc
 
 
 async def test_a_retry_ends_the_hook_an_interrupted_attempt_left_running(store, tmp_path):
