@@ -1,0 +1,249 @@
+"""Claude Code settings: the shape of one settings file, and the merge of every layer (no I/O).
+
+Sources, highest precedence first, as Claude Code's settings docs list them: managed policy,
+command-line `--settings`, local project (`.claude/settings.local.json`), shared project
+(`.claude/settings.json`), user (`~/.claude/settings.json`). `merge` ranks layers by their source,
+so the order of its argument does not matter (two layers of one source: the earlier one wins).
+
+Merging, key by key: objects merge recursively; arrays (`permissions.allow`/`ask`/`deny`,
+`additionalDirectories`, each hook event's groups, ...) are concatenated across layers, the higher
+layer's entries first, and de-duplicated; any other value comes from the highest layer setting it.
+Unknown keys are kept (they reach `status`), only the keys this project reads are shape-checked.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Source = Literal["managed", "cliArg", "localSettings", "projectSettings", "userSettings"]
+PRECEDENCE: tuple[Source, ...] = (
+    "managed",
+    "cliArg",
+    "localSettings",
+    "projectSettings",
+    "userSettings",
+)
+"""Highest first."""
+
+Behavior = Literal["deny", "ask", "allow"]
+BEHAVIORS: tuple[Behavior, ...] = ("deny", "ask", "allow")
+
+
+class SettingsError(ValueError):
+    """A settings file (or `--settings` text) that cannot be used; one line naming it and the key."""
+
+
+class _Open(BaseModel):
+    """Strict about the keys it names, keeps every other key."""
+
+    model_config = ConfigDict(strict=True, extra="allow", populate_by_name=True)
+
+
+class SettingsLayer(BaseModel):
+    source: Source
+    path: str | None = None
+    """The file it came from; None for inline `--settings` JSON."""
+    root: str | None = None
+    """The directory its `/path` permission patterns are relative to."""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class PermissionSettings(_Open):
+    allow: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+    default_mode: str | None = Field(default=None, alias="defaultMode")
+    additional_directories: list[str] = Field(default_factory=list, alias="additionalDirectories")
+    disable_bypass: str | None = Field(default=None, alias="disableBypassPermissionsMode")
+
+
+class SandboxNetwork(_Open):
+    allow_unix_sockets: list[str] = Field(default_factory=list, alias="allowUnixSockets")
+    allow_all_unix_sockets: bool = Field(default=False, alias="allowAllUnixSockets")
+    allow_local_binding: bool = Field(default=False, alias="allowLocalBinding")
+    allowed_domains: list[str] = Field(default_factory=list, alias="allowedDomains")
+    http_proxy_port: int | None = Field(default=None, alias="httpProxyPort")
+    socks_proxy_port: int | None = Field(default=None, alias="socksProxyPort")
+
+
+class SandboxFilesystem(_Open):
+    allow_write: list[str] = Field(default_factory=list, alias="allowWrite")
+    deny_write: list[str] = Field(default_factory=list, alias="denyWrite")
+    deny_read: list[str] = Field(default_factory=list, alias="denyRead")
+
+
+class SandboxSettings(_Open):
+    enabled: bool = False
+    auto_allow_bash_if_sandboxed: bool = Field(default=True, alias="autoAllowBashIfSandboxed")
+    excluded_commands: list[str] = Field(default_factory=list, alias="excludedCommands")
+    allow_unsandboxed_commands: bool = Field(default=True, alias="allowUnsandboxedCommands")
+    fail_if_unavailable: bool = Field(default=False, alias="failIfUnavailable")
+    enable_weaker_nested_sandbox: bool = Field(default=False, alias="enableWeakerNestedSandbox")
+    network: SandboxNetwork = Field(default_factory=SandboxNetwork)
+    filesystem: SandboxFilesystem = Field(default_factory=SandboxFilesystem)
+
+
+class HookHandler(_Open):
+    """One handler. `command` is required for `type: "command"`; other types are kept as given."""
+
+    type: str
+    command: str | None = None
+    timeout: float | None = None
+
+
+class HookGroup(_Open):
+    matcher: str | None = None
+    hooks: list[HookHandler]
+
+
+class Settings(_Open):
+    permissions: PermissionSettings = Field(default_factory=PermissionSettings)
+    hooks: dict[str, list[HookGroup]] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    model: str | None = None
+    api_key_helper: str | None = Field(default=None, alias="apiKeyHelper")
+
+    def to_json(self) -> dict[str, Any]:
+        """As a settings file would spell it (aliases, extra keys kept)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class LayerSummary(BaseModel):
+    source: Source
+    path: str | None = None
+    root: str | None = None
+
+
+class RuleSource(BaseModel):
+    """One permission rule and the layer it came from (highest layer first when it repeats)."""
+
+    behavior: Behavior
+    rule: str
+    source: Source
+    path: str | None = None
+    root: str | None = None
+
+
+class MergedSettings(BaseModel):
+    settings: Settings = Field(default_factory=Settings)
+    layers: list[LayerSummary] = Field(default_factory=list)
+    """Every layer that contributed, highest precedence first."""
+    rules_with_source: list[RuleSource] = Field(default_factory=list)
+
+    def rules(self, behavior: Behavior) -> list[RuleSource]:
+        return [r for r in self.rules_with_source if r.behavior == behavior]
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _describe(value: object) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def validate_layer(data: object, where: str) -> dict[str, Any]:
+    """`data` (a parsed settings file) if its known keys have the documented shapes.
+
+    Raises SettingsError("<where>: `<key>` <what is wrong> (got <value>)") otherwise."""
+    if not isinstance(data, dict):
+        raise SettingsError(f"{where}: settings must be a JSON object (got {_describe(data)})")
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = _dotted(tuple(first["loc"])) or "(top level)"
+        msg = str(first["msg"]).rstrip(".").lower()
+        if first["type"] == "missing":
+            raise SettingsError(f"{where}: `{key}` is required") from None
+        got = first.get("input")
+        raise SettingsError(f"{where}: `{key}`: {msg} (got {_describe(got)})") from None
+    for event, groups in settings.hooks.items():
+        for g, group in enumerate(groups):
+            for h, handler in enumerate(group.hooks):
+                if handler.type == "command" and not (handler.command or "").strip():
+                    key = f"hooks.{event}[{g}].hooks[{h}].command"
+                    raise SettingsError(f"{where}: `{key}` is required for a command hook")
+    return data
+
+
+def _key(value: object) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _dedupe(items: list[Any]) -> list[Any]:
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        k = _key(item)
+        if k not in seen:
+            seen.add(k)
+            out.append(item)
+    return out
+
+
+def _merge_into(high: dict[str, Any], low: dict[str, Any]) -> dict[str, Any]:
+    """`high` over `low`: objects recursively, arrays concatenated (high first), else high."""
+    out = dict(low)
+    for key, value in high.items():
+        below = out.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            out[key] = _merge_into(value, below)
+        elif isinstance(value, list):
+            out[key] = _dedupe([*value, *(below if isinstance(below, list) else [])])
+        else:
+            out[key] = value
+    return out
+
+
+def ranked(layers: list[SettingsLayer]) -> list[SettingsLayer]:
+    """Highest precedence first (stable within one source)."""
+    return sorted(layers, key=lambda layer: PRECEDENCE.index(layer.source))
+
+
+def merge(layers: list[SettingsLayer]) -> MergedSettings:
+    """The settings in effect: every layer merged in Claude Code's precedence (see the module doc).
+
+    Each layer's data is validated (naming its file) before it is merged."""
+    order = ranked(layers)
+    merged: dict[str, Any] = {}
+    for layer in reversed(order):
+        data = validate_layer(layer.data, layer.path or "--settings")
+        merged = _merge_into(data, merged)
+    rules: list[RuleSource] = []
+    seen: set[tuple[str, str, str | None]] = set()
+    for layer in order:
+        permissions = layer.data.get("permissions")
+        if not isinstance(permissions, dict):
+            continue
+        for behavior in BEHAVIORS:
+            for rule in permissions.get(behavior) or []:
+                ident = (behavior, rule, layer.root)
+                if ident in seen:
+                    continue
+                seen.add(ident)
+                rules.append(
+                    RuleSource(
+                        behavior=behavior,
+                        rule=rule,
+                        source=layer.source,
+                        path=layer.path,
+                        root=layer.root,
+                    )  # fmt: skip
+                )
+    return MergedSettings(
+        settings=Settings.model_validate(merged),
+        layers=[LayerSummary(source=x.source, path=x.path, root=x.root) for x in order],
+        rules_with_source=rules,
+    )
