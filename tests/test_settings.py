@@ -226,3 +226,18 @@ def test_validate_layer_returns_data_and_keeps_other_hook_types() -> None:
     assert validate_layer(data, "x") is data
     with pytest.raises(SettingsError, match=r"^where: `apiKeyHelper`"):
         validate_layer({"apiKeyHelper": ["x"]}, "where")
+
+
+def test_unreadable_file_names_it(files: dict[str, Path]) -> None:
+    files["project"].mkdir()  # a folder where the file should be
+    with pytest.raises(SettingsError, match=f"^{files['project']}: cannot read settings: "):
+        load_settings(files["workspace"])
+
+
+def test_workspace_at_home_reads_the_shared_file_once(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(files["project"]))
+    write(files["project"], {"permissions": {"allow": ["Read"]}})
+    merged = load_settings(files["workspace"])
+    assert [x.source for x in merged.layers] == ["projectSettings"]
