@@ -241,3 +241,18 @@ def test_workspace_at_home_reads_the_shared_file_once(
     write(files["project"], {"permissions": {"allow": ["Read"]}})
     merged = load_settings(files["workspace"])
     assert [x.source for x in merged.layers] == ["projectSettings"]
+
+
+def test_merged_settings_round_trip_as_a_payload(files: dict[str, Path]) -> None:
+    """The merged settings are snapshotted into the prompt's config: JSON there and back."""
+    write(files["project"], {
+        "permissions": {"deny": ["Read(./secrets/**)"], "defaultMode": "plan", "x": [1]},
+        "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "v", "timeout": 5}]}]},
+        "sandbox": {"enabled": True, "network": {"allowLocalBinding": True}},
+        "spinnerTipsEnabled": False,
+    })  # fmt: skip
+    merged = load_settings(files["workspace"])
+    again = type(merged).model_validate_json(merged.model_dump_json())
+    assert again == merged
+    assert again.settings.to_json() == merged.settings.to_json()
+    assert again.settings.hooks["PreToolUse"][0].hooks[0].timeout == 5
