@@ -10,6 +10,7 @@ from typing import IO
 
 from activities.tools.base import MAX_OUTPUT_CHARS, ToolOutput, Workspace
 from activities.tools.environment import tool_environment
+from activities.tools.sandbox import SandboxPolicy, sandbox_argv
 from activities.transcript import off_loop
 from durable_agent.engine.tools import BashInput
 
@@ -61,15 +62,19 @@ def _output_text(out: IO[bytes]) -> str:
     return buffer.text().rstrip("\n")
 
 
-async def run_bash(args: BashInput, ws: Workspace) -> ToolOutput:
+async def run_bash(
+    args: BashInput, ws: Workspace, sandbox: SandboxPolicy | None = None
+) -> ToolOutput:
+    """With `sandbox`, the command runs under bubblewrap (activities/tools/sandbox.py)."""
     timeout = (args.timeout or DEFAULT_TIMEOUT_MS) / 1000
+    argv = ["bash", "-c", args.command]
+    if sandbox is not None:
+        argv = await off_loop(sandbox_argv, argv, sandbox)  # stats the policy's paths
     # Output goes to a file, not a pipe: the call ends when the shell exits, even when a
     # background job (`sleep 1000 &`) keeps the output open.
     with await off_loop(tempfile.TemporaryFile) as out:
         proc = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            args.command,
+            *argv,
             cwd=ws.root,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
