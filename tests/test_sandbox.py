@@ -214,6 +214,11 @@ def test_the_sandboxed_command_cannot_undo_a_deny_bind(ws):
     assert SECRET not in done.stdout + done.stderr
 
 
+def test_denied_paths_must_be_absolute(ws):
+    with pytest.raises(ValueError, match="must be absolute: secrets"):
+        policy(ws, deny_read=["secrets"])
+
+
 def test_unavailable_when_bwrap_is_not_on_path(ws, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     with pytest.raises(SandboxUnavailable, match="install the Debian package bubblewrap"):
@@ -257,6 +262,18 @@ async def test_the_bash_tool_runs_sandboxed_with_a_policy(ws):
     assert SECRET not in out.content and out.content.endswith("ok")
     home = await run_bash(BashInput(command="touch ~/durable-agent-probe"), workspace, deny)
     assert home.is_error and "Read-only file system" in home.content
+
+
+@needs_bwrap
+async def test_the_call_ends_with_its_shell_and_so_does_a_background_job(ws):
+    marker = str(6000 + uuid.uuid4().int % 1000)
+    began = time.monotonic()
+    command = BashInput(command=f"sleep {marker}1 & echo started")
+    out = await run_bash(command, Workspace(ws), policy(ws))
+    assert time.monotonic() - began < 5
+    assert out.content == "started" and not out.is_error
+    # the job was in the sandbox's PID namespace, which ends with the shell
+    assert await asyncio.to_thread(_wait_for, lambda: not _sleepers(f"sleep\0{marker}"))
 
 
 @needs_bwrap

@@ -34,7 +34,7 @@ import shutil
 import tempfile
 import threading
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 BWRAP = "bwrap"
 UNAVAILABLE = (
@@ -50,6 +50,16 @@ class SandboxPolicy(BaseModel):
     deny_read: list[str] = []
     """Absolute paths (files or directories) no command may read, resolved by the caller."""
     allow_network: bool = False
+
+    @field_validator("deny_read")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        # A relative path would be resolved against the worker's directory, not the rule's:
+        # it would protect some other file and say nothing.
+        relative = [p for p in paths if not os.path.isabs(os.path.expanduser(p))]
+        if relative:
+            raise ValueError(f"deny_read paths must be absolute: {', '.join(relative)}")
+        return paths
 
 
 class SandboxUnavailable(RuntimeError):
