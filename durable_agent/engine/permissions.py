@@ -1,0 +1,1005 @@
+"""Permission rules and modes, as Claude Code's public docs describe them: a pure matcher.
+
+`check(tool_name, tool_input, ctx)` answers allow / ask / deny for one tool call, with the rule
+(and its source) or the mode that decided, in one line the model and the user can read.
+`headless(decision)` turns an ask into a deny for runs where nobody can answer.
+
+Rules are `Tool` or `Tool(specifier)` (`parse_rule`). Evaluation order is deny, then ask, then
+allow: the first list with a matching rule decides, and a more specific rule in a later list does
+not change that. Nothing here touches the filesystem: paths are compared lexically after
+normalising (`~` from `ctx.home`, relative paths from `ctx.cwd`, then `os.path.normpath`).
+Symlinks are NOT resolved, so a link inside the workspace that points elsewhere is judged by its
+own path; the sandbox (not this module) is what holds against that.
+
+Where the docs leave a detail open the SAFER reading is chosen; each such choice is marked
+"Safer reading:" below.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, Field
+
+
+class PermissionMode(StrEnum):
+    DEFAULT = "default"
+    ACCEPT_EDITS = "acceptEdits"
+    PLAN = "plan"
+    BYPASS = "bypassPermissions"
+    DONT_ASK = "dontAsk"
+
+
+class Behavior(StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+class Rule(BaseModel):
+    """One rule as written, e.g. `Bash(git diff:*)`. `specifier` None: the whole tool."""
+
+    text: str
+    tool: str
+    specifier: str | None
+    source: str = ""
+    """Where it came from ("userSettings", "projectSettings", "cliArg", "session", a path ...)."""
+    root: str | None = None
+    """The directory a `/path` pattern is relative to (the settings file's project root)."""
+
+
+class PermissionRules(BaseModel):
+    allow: list[Rule] = Field(default_factory=list)
+    ask: list[Rule] = Field(default_factory=list)
+    deny: list[Rule] = Field(default_factory=list)
+
+
+class PermissionContext(BaseModel):
+    mode: PermissionMode = PermissionMode.DEFAULT
+    rules: PermissionRules = Field(default_factory=PermissionRules)
+    cwd: str
+    additional_directories: list[str] = Field(default_factory=list)
+    home: str
+    sandboxed: bool = False
+    auto_allow_bash_if_sandboxed: bool = True
+
+
+class Decision(BaseModel):
+    behavior: Behavior
+    rule: str | None = None
+    """The rule text that decided, if a rule did."""
+    reason: str
+    """One line for the model and the user: which rule (and its source) or which mode decided."""
+
+
+# --------------------------------------------------------------------------- tools
+
+# Docs ("Tools available to Claude"): these need no permission. Anything not listed (MCP tools,
+# tools added later) needs permission: Safer reading for unknown tools.
+READ_ONLY_TOOLS = frozenset(
+    {"Read", "Grep", "Glob", "LS", "NotebookRead", "TodoWrite", "Task", "Agent", "BashOutput"}
+)
+# Tools that take a path the workspace boundary applies to, and the input key of that path.
+READ_TOOLS = {"Read": "file_path", "Grep": "path", "Glob": "path", "LS": "path"}
+EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path"}
+EDIT_TOOLS["NotebookEdit"] = "notebook_path"
+# Docs: `Read(...)` rules apply to every built-in tool that reads files (Read, Grep, Glob, LS);
+# `Edit(...)` rules to every built-in tool that edits files (Edit, Write, NotebookEdit).
+RULE_FAMILY = {"Read": frozenset(READ_TOOLS), "Edit": frozenset(EDIT_TOOLS)}
+AGENT_TOOLS = frozenset({"Task", "Agent"})
+# Docs (bypassPermissions / acceptEdits): writes to these directories still prompt, except the
+# `.claude` folders Claude itself writes to.
+PROTECTED_DIRS = frozenset({".git", ".claude", ".vscode", ".idea"})
+PROTECTED_EXEMPT = (".claude/commands", ".claude/agents", ".claude/skills")
+
+_TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(\*)?$")
+
+
+def parse_rule(text: str, source: str = "", root: str | None = None) -> Rule:
+    """`Tool` or `Tool(specifier)`; ValueError (one line) for anything else.
+
+    `Tool(*)` is the whole tool (docs: `Bash(*)` is equivalent to `Bash`). `Tool()` is rejected:
+    the docs give it no meaning, and a deny rule silently read as "nothing" would be a hole
+    (Safer reading: an error the settings loader reports, naming the file).
+    """
+    raw = text.strip()
+    if not raw:
+        raise ValueError("empty permission rule")
+    tool, spec = raw, None
+    if "(" in raw:
+        if not raw.endswith(")"):
+            raise ValueError(f"permission rule {text!r}: text after ')' or missing ')'")
+        tool, spec = raw[: raw.index("(")], raw[raw.index("(") + 1 : -1]
+        if spec.strip() == "":
+            raise ValueError(f"permission rule {text!r}: empty '()'; write {tool} or {tool}(*)")
+    elif ")" in raw:
+        raise ValueError(f"permission rule {text!r}: ')' without '('")
+    m = _TOOL_NAME.match(tool)
+    if not m or (m.group(1) and not tool.startswith("mcp__")):
+        raise ValueError(f"permission rule {text!r}: {tool!r} is not a tool name")
+    if spec is not None:
+        spec = spec.strip()
+        if spec == "*":
+            spec = None
+    if tool.startswith("mcp__") and spec is not None:
+        raise ValueError(f"permission rule {text!r}: MCP rules take no '(...)'")
+    if tool == "WebFetch" and spec is not None and not spec.startswith("domain:"):
+        raise ValueError(f"permission rule {text!r}: WebFetch rules are WebFetch(domain:host)")
+    if tool == "Bash" and spec is not None and spec.endswith(":*") and not spec[:-2].strip():
+        raise ValueError(f"permission rule {text!r}: empty prefix before ':*'")
+    return Rule(text=raw, tool=tool, specifier=spec, source=source, root=root)
+
+
+# --------------------------------------------------------------------------- shell parsing
+
+
+class ShellParseError(ValueError):
+    pass
+
+
+@dataclass
+class Word:
+    value: str
+    """The word after quote removal (what the program receives, expansions left as written)."""
+    raw: str
+    """The word as written."""
+    dynamic: bool = False
+    """Contains an unquoted or double-quoted expansion ($VAR, $(...), `...`) or a glob."""
+
+
+@dataclass
+class Part:
+    """One simple command of a compound command line."""
+
+    words: list[Word] = field(default_factory=list)
+    writes: list[Word] = field(default_factory=list)
+    """Targets of output redirections (`>`, `>>`, `&>`, ...)."""
+    reads: list[Word] = field(default_factory=list)
+    """Targets of input redirections (`<`)."""
+
+    def text(self) -> str:
+        return " ".join(w.raw for w in self.words)
+
+
+_OPERATORS = ("&&", "||", "|&", ";;", "|", "&", ";", "(", ")")
+_REDIRECTS = ("&>>", "&>", ">>", ">|", ">&", "<&", "<<<", "<<", "<>", ">", "<")
+_KEYWORDS = frozenset(
+    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}", "esac"}
+)
+_SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "-"})
+_MAX_DEPTH = 8
+
+
+def split_command(command: str, _depth: int = 0) -> list[Part]:
+    """Every simple command in `command`: split at `&&`, `||`, `;`, `|`, `&`, newlines and
+    subshell parentheses, with the bodies of `$(...)`, backticks and `<(...)` / `>(...)` as parts
+    of their own. Quotes are respected (a `;` inside quotes is an argument). ShellParseError for
+    unbalanced quotes or parentheses.
+
+    Heredoc bodies are not recognised: their lines are read as commands, which can only make a
+    deny or ask rule match more, never allow more.
+    """
+    if _depth > _MAX_DEPTH:
+        raise ShellParseError("command substitutions nested too deep")
+    parts: list[Part] = []
+    cur = Part()
+    pending_redirect: str | None = None
+    i, n = 0, len(command)
+
+    def end_part() -> None:
+        nonlocal cur
+        if pending_redirect is not None:
+            raise ShellParseError("redirection without a target")
+        if cur.words or cur.writes or cur.reads:
+            parts.append(cur)
+        cur = Part()
+
+    while i < n:
+        c = command[i]
+        if c in " \t":
+            i += 1
+            continue
+        if c == "\\" and command.startswith("\\\n", i):
+            i += 2
+            continue
+        if c == "\n":
+            end_part()
+            i += 1
+            continue
+        if c == "#":  # a comment runs to the end of the line
+            while i < n and command[i] != "\n":
+                i += 1
+            continue
+        op = next((o for o in _REDIRECTS if command.startswith(o, i)), None)
+        if op is not None and not command.startswith("<(", i) and not command.startswith(">(", i):
+            if pending_redirect is not None:
+                raise ShellParseError("redirection without a target")
+            pending_redirect = op
+            i += len(op)
+            if op in (">&", "<&"):  # `2>&1`: a descriptor, not a file
+                m = re.match(r"\s*(\d+-?|-)", command[i:])
+                if m:
+                    i += m.end()
+                    pending_redirect = None
+            continue
+        op = next((o for o in _OPERATORS if command.startswith(o, i)), None)
+        if op is not None:
+            if pending_redirect is not None:
+                raise ShellParseError("redirection without a target")
+            end_part()
+            i += len(op)
+            continue
+        word, i, subs = _read_word(command, i, _depth)
+        parts.extend(subs)
+        if pending_redirect is not None:
+            if pending_redirect in ("<<", "<<<"):
+                pass  # heredoc delimiter / here-string: not a file
+            elif pending_redirect.startswith("<") and pending_redirect != "<>":
+                cur.reads.append(word)
+            else:
+                cur.writes.append(word)
+            pending_redirect = None
+            continue
+        if re.fullmatch(r"\d+", word.raw) and i < n and command[i] in "<>":
+            continue  # the descriptor of `2>file`
+        cur.words.append(word)
+    end_part()
+    for part in parts:
+        while part.words and part.words[0].value in _KEYWORDS and not part.words[0].dynamic:
+            part.words.pop(0)
+    return [p for p in parts if p.words or p.writes or p.reads]
+
+
+def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
+    """One shell word from s[i]; returns it, the index after it, and the parts of any command
+    substitution inside it."""
+    start, n = i, len(s)
+    value: list[str] = []
+    dynamic = False
+    subs: list[Part] = []
+    while i < n:
+        c = s[i]
+        if c in " \t\n" or any(s.startswith(o, i) for o in _OPERATORS):
+            break
+        if c in "<>" and not s.startswith("<(", i) and not s.startswith(">(", i):
+            break
+        if c == "\\":
+            if i + 1 < n and s[i + 1] != "\n":  # backslash-newline: a line continuation
+                value.append(s[i + 1])
+            i += 2
+            continue
+        if c == "'":
+            j = s.find("'", i + 1)
+            if j < 0:
+                raise ShellParseError("unbalanced single quote")
+            value.append(s[i + 1 : j])
+            i = j + 1
+            continue
+        if c == '"':
+            i += 1
+            while True:
+                if i >= n:
+                    raise ShellParseError("unbalanced double quote")
+                c = s[i]
+                if c == '"':
+                    i += 1
+                    break
+                if c == "\\" and i + 1 < n:
+                    value.append(s[i + 1] if s[i + 1] in '"\\$`\n' else s[i : i + 2])
+                    i += 2
+                    continue
+                if c == "$" and s.startswith("$(", i):
+                    body, i = _balanced(s, i + 1)
+                    subs.extend(split_command(body, depth + 1))
+                    value.append(f"$({body})")
+                    dynamic = True
+                    continue
+                if c == "`":
+                    body, i = _backtick(s, i)
+                    subs.extend(split_command(body, depth + 1))
+                    value.append(f"`{body}`")
+                    dynamic = True
+                    continue
+                if c == "$":
+                    dynamic = True
+                value.append(c)
+                i += 1
+            continue
+        if c == "$" and s.startswith("$(", i):
+            body, i = _balanced(s, i + 1)
+            subs.extend(split_command(body, depth + 1))
+            value.append(f"$({body})")
+            dynamic = True
+            continue
+        if c in "<>" and s.startswith("(", i + 1):  # process substitution
+            body, i = _balanced(s, i + 1)
+            subs.extend(split_command(body, depth + 1))
+            value.append(f"{c}({body})")
+            dynamic = True
+            continue
+        if c == "`":
+            body, i = _backtick(s, i)
+            subs.extend(split_command(body, depth + 1))
+            value.append(f"`{body}`")
+            dynamic = True
+            continue
+        if c == "$" and s.startswith("${", i):
+            j = s.find("}", i)
+            if j < 0:
+                raise ShellParseError("unbalanced ${")
+            value.append(s[i : j + 1])
+            dynamic = True
+            i = j + 1
+            continue
+        if c in "$*?[":
+            dynamic = True
+        value.append(c)
+        i += 1
+    return Word("".join(value), s[start:i], dynamic), i, subs
+
+
+def _balanced(s: str, i: int) -> tuple[str, int]:
+    """s[i] is '('; the text up to its matching ')' (quotes respected) and the index after it."""
+    depth, j, n = 0, i, len(s)
+    while j < n:
+        c = s[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "'":
+            k = s.find("'", j + 1)
+            if k < 0:
+                raise ShellParseError("unbalanced single quote")
+            j = k + 1
+            continue
+        if c == '"':
+            j += 1
+            while j < n and s[j] != '"':
+                j += 2 if s[j] == "\\" else 1
+            if j >= n:
+                raise ShellParseError("unbalanced double quote")
+            j += 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return s[i + 1 : j], j + 1
+        j += 1
+    raise ShellParseError("unbalanced parenthesis")
+
+
+def _backtick(s: str, i: int) -> tuple[str, int]:
+    j = i + 1
+    while j < len(s):
+        if s[j] == "\\":
+            j += 2
+            continue
+        if s[j] == "`":
+            return s[i + 1 : j], j + 1
+        j += 1
+    raise ShellParseError("unbalanced backtick")
+
+
+# --------------------------------------------------------------------------- Bash matching
+
+# Docs: for Bash rules Claude Code strips these process wrappers before matching, so an allow
+# rule sees `timeout 30 npm test` as `npm test`. Only these see-through wrappers apply to ALLOW.
+_ALLOW_WRAPPERS = frozenset({"timeout", "time", "nice", "nohup", "stdbuf"})
+# Safer reading: deny and ask rules see through every program that runs another program, and
+# through leading `VAR=value` assignments; allow rules do not (only the documented ones above).
+_DENY_WRAPPERS = _ALLOW_WRAPPERS | frozenset(
+    {
+        "env", "sudo", "doas", "command", "builtin", "exec", "xargs", "nice", "ionice",
+        "chrt", "taskset", "setsid", "unbuffer", "watch", "flock", "chroot", "runuser",
+        "su", "strace", "ltrace", "nsenter", "unshare", "firejail", "caffeinate", "parallel",
+        "systemd-run", "busybox", "script",
+    }
+)  # fmt: skip
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "mksh"})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
+
+
+def _strip_allow_wrappers(words: list[Word]) -> list[Word] | None:
+    """`words` without the documented wrappers in front (`timeout 5 `, `nice -n 5 `, ...);
+    None when a wrapper's arguments are not the plain documented forms."""
+    ws = list(words)
+    changed = False
+    while ws and ws[0].value in _ALLOW_WRAPPERS and not ws[0].dynamic:
+        name = ws.pop(0).value
+        while ws and ws[0].value.startswith("-"):
+            opt = ws.pop(0).value
+            takes_arg = (name == "nice" and opt == "-n") or (
+                name == "stdbuf" and opt in ("-i", "-o", "-e")
+            )
+            takes_arg = takes_arg or (name == "timeout" and opt in ("-s", "-k", "--signal"))
+            if takes_arg:
+                if not ws:
+                    return None
+                ws.pop(0)
+        if name == "timeout":
+            if not ws or not re.fullmatch(r"\d+(\.\d+)?[smhd]?", ws[0].value):
+                return None
+            ws.pop(0)
+        changed = True
+        if not ws:
+            return None
+    return ws if changed else None
+
+
+def _deny_views(words: list[Word], depth: int = 0) -> list[list[Word]]:
+    """Every command a deny/ask rule should be tried against for this part: the part itself and,
+    through assignments, wrappers (every later word may start the real command: over-matching a
+    deny is the safer error), `sh -c SCRIPT`, `eval ...` and `find -exec`."""
+    views: list[list[Word]] = [words]
+    if depth > _MAX_DEPTH:
+        return views
+    ws = list(words)
+    while ws and _ASSIGNMENT.match(ws[0].raw):
+        ws.pop(0)
+    if not ws:
+        return views
+    if len(ws) != len(words):
+        views.append(ws)
+    head = posixpath.basename(ws[0].value)
+    if head != ws[0].value:
+        views.append([Word(head, head, ws[0].dynamic), *ws[1:]])
+    if head in _DENY_WRAPPERS:
+        for k in range(1, len(ws)):
+            views.extend(_deny_views(ws[k:], depth + 1))
+    if head in _SHELLS or head == "eval" or head == "source" or head == ".":
+        scripts: list[str] = []
+        if head == "eval":
+            scripts.append(" ".join(w.value for w in ws[1:]))
+        for k, w in enumerate(ws[1:-1], start=1):
+            if re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", w.value):
+                scripts.append(ws[k + 1].value)
+        for script in scripts:
+            try:
+                for part in split_command(script, depth + 1):
+                    views.extend(_deny_views(part.words, depth + 1))
+            except ShellParseError:
+                views.append([Word("<unparseable>", "<unparseable>", True)])
+    if head == "find":
+        for k, w in enumerate(ws):
+            if w.value in ("-exec", "-execdir", "-ok", "-okdir") and k + 1 < len(ws):
+                tail = ws[k + 1 :]
+                end = next((j for j, t in enumerate(tail) if t.value in (";", "+")), len(tail))
+                views.extend(_deny_views(tail[:end], depth + 1))
+    return views
+
+
+def _bash_pattern(spec: str) -> re.Pattern[str]:
+    """Docs: `cmd:*` is a prefix that ends at a word boundary (`npm:*` matches `npm` and
+    `npm test`, not `npmx`); `*` matches any run of characters, spaces included (`ls *` matches
+    `ls -la` but not `lsof`; `ls*` matches both); a single trailing ` *` may also match nothing
+    (`ls *` matches `ls`)."""
+    spec = re.sub(r"\s+", " ", spec.strip())
+    if spec.endswith(":*"):
+        # The boundary applies after a word character (`npm:*` is not `npmx`); a prefix that
+        # ends in punctuation is plain (docs: `curl http://site.com/:*` matches
+        # `curl http://site.com/page`).
+        prefix = spec[:-2]
+        tail = r"(?: .*)?" if re.search(r"\w$", prefix) else ".*"
+        return re.compile(re.escape(prefix) + tail, re.DOTALL)
+    pieces = spec.split("*")
+    if len(pieces) == 2 and pieces[1] == "" and pieces[0].endswith(" "):
+        return re.compile(re.escape(pieces[0][:-1]) + r"(?: .*)?", re.DOTALL)
+    return re.compile(".*".join(re.escape(p) for p in pieces), re.DOTALL)
+
+
+def _bash_rule_matches(rule: Rule, views: Iterable[list[Word]]) -> bool:
+    if rule.specifier is None:
+        return True
+    pattern = _bash_pattern(rule.specifier)
+    for words in views:
+        if not words:
+            continue
+        for text in (" ".join(w.raw for w in words), " ".join(w.value for w in words)):
+            if pattern.fullmatch(text):
+                return True
+    return False
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def normalize_path(path: str, ctx: PermissionContext, base: str | None = None) -> str:
+    """Absolute, lexically normalised: `~` from ctx.home, relative from `base` (default cwd)."""
+    if path == "~" or path.startswith("~/"):
+        path = ctx.home + path[1:]
+    if not path.startswith("/"):
+        path = posixpath.join(base or ctx.cwd, path)
+    path = posixpath.normpath(path)
+    return "/" + path.lstrip("/")
+
+
+def _anchor(spec: str, rule: Rule, ctx: PermissionContext) -> tuple[str, bool]:
+    """The absolute pattern for a gitignore-style spec, and whether it may match at any depth.
+
+    Docs: `//path` absolute, `~/path` from home, `/path` relative to the settings file's root,
+    `path` or `./path` relative to the current directory. As in gitignore, a pattern with no
+    slash (`*.env`, `.env`) matches at any depth below its anchor.
+    """
+    if spec.startswith("//"):
+        return "/" + spec.lstrip("/"), False
+    if spec == "~" or spec.startswith("~/"):
+        return ctx.home.rstrip("/") + spec[1:], False
+    if spec.startswith("/"):
+        return (rule.root or ctx.cwd).rstrip("/") + spec, False
+    # `./name` is anchored at cwd; a bare `name` with no slash matches at any depth.
+    anywhere = "/" not in spec.rstrip("/")
+    rest = spec[2:] if spec.startswith("./") else spec
+    return ctx.cwd.rstrip("/") + "/" + rest, anywhere
+
+
+def _glob_regex(pattern: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("/**/", i):
+            out.append("(?:/.*)?/")
+            i += 4
+        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("(?:/.*)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
+def _path_rule_matches(rule: Rule, path: str, ctx: PermissionContext) -> bool:
+    """`path` is absolute and normalised. A pattern that matches a directory also matches
+    everything inside it (gitignore: an ignored directory's contents are ignored)."""
+    if rule.specifier is None:
+        return True
+    absolute, anywhere = _anchor(rule.specifier, rule, ctx)
+    # A trailing `/` (gitignore: directories only) cannot be checked without the filesystem;
+    # it is dropped, which matches a file of that name too (the wider, safer-for-deny reading).
+    absolute = "/" + posixpath.normpath(absolute).lstrip("/")
+    if anywhere:
+        head, _, tail = absolute.rpartition("/")
+        regex = re.escape(head) + "(?:/.*)?/" + _glob_regex(tail)
+    else:
+        regex = _glob_regex(absolute)
+    return re.fullmatch(regex + "(?:/.*)?", path, re.DOTALL) is not None
+
+
+def _inside(path: str, directory: str) -> bool:
+    directory = directory.rstrip("/") or "/"
+    return path == directory or path.startswith(directory if directory == "/" else directory + "/")
+
+
+def _working_dirs(ctx: PermissionContext) -> list[str]:
+    return [normalize_path(d, ctx) for d in [ctx.cwd, *ctx.additional_directories]]
+
+
+def _in_workspace(path: str, ctx: PermissionContext) -> bool:
+    return any(_inside(path, d) for d in _working_dirs(ctx))
+
+
+def _protected(path: str, ctx: PermissionContext) -> bool:
+    for d in _working_dirs(ctx):
+        if _inside(path, d):
+            rel = path[len(d.rstrip("/")) + 1 :]
+            if any(rel == e or rel.startswith(e + "/") for e in PROTECTED_EXEMPT):
+                return False
+            return any(p in PROTECTED_DIRS for p in rel.split("/")[:-1]) or (rel in PROTECTED_DIRS)
+    return any(p in PROTECTED_DIRS for p in path.split("/")[:-1])
+
+
+# --------------------------------------------------------------------------- per-tool evaluation
+
+
+@dataclass
+class _Eval:
+    """What the rules say about one call, before the mode is applied."""
+
+    deny: tuple[Rule, str] | None = None
+    ask: tuple[Rule, str] | None = None
+    unsure: str | None = None
+    """Why a deny/ask rule cannot be ruled out (an unparseable command, a dynamic program)."""
+    allow: list[Rule] | None = None
+    """The allow rules that cover every part, or None."""
+    not_allowed: str | None = None
+    """The first part no allow rule covers (for the reason)."""
+    mode_allows: str | None = None
+    """Set when the mode alone (acceptEdits, the sandbox) would allow it: the reason."""
+    outside: str | None = None
+    """A path outside the working directories (read-only tools ask for it)."""
+
+
+def _rules_for(tool_name: str, rules: list[Rule]) -> list[Rule]:
+    out: list[Rule] = []
+    for r in rules:
+        if r.tool == tool_name:
+            out.append(r)
+        elif r.tool in RULE_FAMILY and tool_name in RULE_FAMILY[r.tool]:
+            out.append(r)
+        elif r.tool in AGENT_TOOLS and tool_name in AGENT_TOOLS:
+            out.append(r)
+        elif r.tool.startswith("mcp__") and tool_name.startswith("mcp__"):
+            server = r.tool[:-3] if r.tool.endswith("__*") else r.tool
+            if tool_name == server or tool_name.startswith(server + "__"):
+                out.append(r)
+    return out
+
+
+def _first(rules: list[Rule], pred: Any) -> Rule | None:
+    return next((r for r in rules if pred(r)), None)
+
+
+def _eval_paths(tool_name: str, paths: list[str], ctx: PermissionContext, ev: _Eval) -> None:
+    """Deny/ask/allow for file tools: every path must be allowed; any path denied denies."""
+    rs = ctx.rules
+    allow_rules: list[Rule] = []
+    for p in paths:
+        for lst, slot in ((rs.deny, "deny"), (rs.ask, "ask")):
+            if getattr(ev, slot) is None:
+                r = _first(_rules_for(tool_name, lst), lambda r, p=p: _path_rule_matches(r, p, ctx))
+                if r is not None:
+                    setattr(ev, slot, (r, p))
+        r = _first(_rules_for(tool_name, rs.allow), lambda r, p=p: _path_rule_matches(r, p, ctx))
+        if r is None:
+            ev.not_allowed = ev.not_allowed or p
+        else:
+            allow_rules.append(r)
+        if not _in_workspace(p, ctx):
+            ev.outside = ev.outside or p
+    if ev.not_allowed is None:
+        ev.allow = allow_rules
+
+
+def _read_paths(tool_name: str, tool_input: dict[str, Any], ctx: PermissionContext) -> list[str]:
+    key = READ_TOOLS[tool_name]
+    raw = tool_input.get(key) or tool_input.get("path") or ctx.cwd
+    base = normalize_path(str(raw), ctx)
+    paths = [base]
+    if tool_name == "Glob":
+        # The search root CONTAINING a denied path is not denied here (the tools exclude denied
+        # paths from their results); but a pattern that climbs out (`../x/*`, `/etc/*`) names
+        # another root, and that root is checked.
+        pattern = str(tool_input.get("pattern") or "")
+        fixed = []
+        for piece in pattern.split("/"):
+            if any(ch in piece for ch in "*?[{"):
+                break
+            fixed.append(piece)
+        if fixed and fixed != [""] * len(fixed):
+            root = "/".join(fixed) or "/"
+            paths.append(normalize_path(root, ctx, base))
+    return paths
+
+
+_ACCEPT_EDITS_BASH = frozenset({"mkdir", "touch", "mv", "cp"})
+# Docs (permission modes): acceptEdits also auto-approves the common filesystem commands
+# mkdir, touch, mv and cp inside the working directories. Safer reading: only these four,
+# only with every argument a literal path inside the working directories, no wrappers.
+
+
+def _accept_edits_part(part: Part, ctx: PermissionContext) -> bool:
+    if not part.words or part.words[0].value not in _ACCEPT_EDITS_BASH:
+        return False
+    for w in part.words:
+        if w.dynamic or w.raw.startswith("$"):
+            return False
+    for w in part.words[1:]:
+        if w.value.startswith("-"):
+            continue
+        p = normalize_path(w.value, ctx)
+        if not _in_workspace(p, ctx) or _protected(p, ctx):
+            return False
+    return True
+
+
+def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
+    rs = ctx.rules
+    deny = _rules_for("Bash", rs.deny)
+    ask = _rules_for("Bash", rs.ask)
+    allow = _rules_for("Bash", rs.allow)
+    scoped_guard = any(r.specifier is not None for r in deny + ask)
+    whole = _first(deny, lambda r: r.specifier is None)
+    if whole:
+        ev.deny = (whole, command)
+    whole = _first(ask, lambda r: r.specifier is None)
+    if whole:
+        ev.ask = (whole, command)
+    try:
+        parts = split_command(command)
+    except ShellParseError as e:
+        # Unparseable: no scoped rule can be checked. Only a whole-tool `Bash` allow rule can
+        # allow it, and only when no scoped deny/ask rule exists that it might have matched.
+        w = _first(allow, lambda r: r.specifier is None)
+        if w is not None and not scoped_guard:
+            ev.allow = [w]
+        else:
+            ev.unsure = f"the command could not be parsed ({e})"
+            ev.not_allowed = command
+        return
+    if not parts:
+        parts = [Part()]
+    allow_rules: list[Rule] = []
+    accept_all = ctx.mode == PermissionMode.ACCEPT_EDITS
+    for part in parts:
+        text = part.text() or command
+        views = _deny_views(part.words) if part.words else []
+        for lst, slot in ((deny, "deny"), (ask, "ask")):
+            if getattr(ev, slot) is None:
+                r = _first(lst, lambda r, v=views: r.specifier and _bash_rule_matches(r, v))
+                if r is not None:
+                    setattr(ev, slot, (r, text))
+        # Redirections: `> file` writes (Edit rules), `< file` reads (Read rules).
+        for target in part.writes:
+            if target.value in _SAFE_SINKS or re.fullmatch(r"&?\d+", target.value):
+                continue
+            if target.dynamic:
+                ev.unsure = ev.unsure or f"`{text}` writes to a computed path {target.raw}"
+                ev.not_allowed = ev.not_allowed or text
+                continue
+            p = normalize_path(target.value, ctx)
+            for lst, slot in ((rs.deny, "deny"), (rs.ask, "ask")):
+                if getattr(ev, slot) is None:
+                    r = _first(
+                        _rules_for("Write", lst), lambda r, p=p: _path_rule_matches(r, p, ctx)
+                    )
+                    if r is not None:
+                        setattr(ev, slot, (r, f"{text} > {target.value}"))
+            r = _first(_rules_for("Write", rs.allow), lambda r, p=p: _path_rule_matches(r, p, ctx))
+            if r is not None:
+                allow_rules.append(r)
+            elif not (ctx.mode == PermissionMode.ACCEPT_EDITS and _in_workspace(p, ctx)) or (
+                _protected(p, ctx)
+            ):
+                ev.not_allowed = ev.not_allowed or f"{text} > {target.value}"
+                accept_all = False
+        for target in part.reads:
+            p = normalize_path(target.value, ctx) if not target.dynamic else ""
+            for lst, slot in ((rs.deny, "deny"), (rs.ask, "ask")):
+                if p and getattr(ev, slot) is None:
+                    r = _first(
+                        _rules_for("Read", lst), lambda r, p=p: _path_rule_matches(r, p, ctx)
+                    )
+                    if r is not None:
+                        setattr(ev, slot, (r, f"{text} < {target.value}"))
+        if not part.words:
+            continue
+        program_dynamic = any(
+            v and v[0].dynamic and not _ASSIGNMENT.match(v[0].value) for v in views
+        )
+        if program_dynamic and scoped_guard:
+            ev.unsure = ev.unsure or f"the program of `{text}` is computed at run time"
+        # Allow: the part as written, or without the documented wrappers (timeout, nice, ...).
+        allow_views = [part.words]
+        stripped = _strip_allow_wrappers(part.words)
+        if stripped:
+            allow_views.append(stripped)
+        if part.words[0].dynamic:  # `$CMD args`: only a whole-tool `Bash` rule allows it
+            r = _first(allow, lambda r: r.specifier is None)
+        else:
+            r = _first(allow, lambda r, v=allow_views: _bash_rule_matches(r, v))
+        if r is not None:
+            allow_rules.append(r)
+        elif accept_all and _accept_edits_part(part, ctx):
+            pass
+        else:
+            ev.not_allowed = ev.not_allowed or text
+            accept_all = False
+    if ev.not_allowed is None:
+        ev.allow = allow_rules
+        if not allow_rules and accept_all:
+            ev.allow = None
+            ev.mode_allows = "acceptEdits mode allows mkdir, touch, mv and cp inside the workspace"
+    elif ctx.sandboxed and ctx.auto_allow_bash_if_sandboxed:
+        ev.mode_allows = "the sandbox is on and autoAllowBashIfSandboxed is set"
+    if ev.allow is not None and not ev.allow and ev.mode_allows is None:
+        ev.allow = None  # an empty command: nothing allowed it
+        ev.not_allowed = command
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower().rstrip(".")
+    except ValueError:
+        return ""
+
+
+def _domain_matches(rule: Rule, host: str, widen: bool) -> bool:
+    if rule.specifier is None:
+        return True
+    domain = rule.specifier.removeprefix("domain:").strip().lower().rstrip(".")
+    if domain.startswith("*."):
+        return host.endswith(domain[1:])
+    # Safer reading: deny/ask rules also cover subdomains; allow rules only the exact host.
+    return host == domain or (widen and host.endswith("." + domain))
+
+
+def _eval_generic(
+    tool_name: str, tool_input: dict[str, Any], ctx: PermissionContext, ev: _Eval
+) -> None:
+    rs = ctx.rules
+    if tool_name == "WebFetch":
+        host = _host(str(tool_input.get("url", "")))
+
+        def match(r: Rule, widen: bool) -> bool:
+            return _domain_matches(r, host, widen) if host else r.specifier is None
+
+    elif tool_name in AGENT_TOOLS:
+        agent = str(tool_input.get("subagent_type", ""))
+
+        def match(r: Rule, widen: bool) -> bool:
+            return r.specifier is None or r.specifier == agent
+
+    else:
+
+        def match(r: Rule, widen: bool) -> bool:
+            # Safer reading: a specifier this module does not understand makes a deny/ask rule
+            # cover the whole tool, and never lets an allow rule allow anything.
+            return r.specifier is None or widen
+
+    r = _first(_rules_for(tool_name, rs.deny), lambda r: match(r, True))
+    if r is not None:
+        ev.deny = (r, "")
+    r = _first(_rules_for(tool_name, rs.ask), lambda r: match(r, True))
+    if r is not None:
+        ev.ask = (r, "")
+    r = _first(_rules_for(tool_name, rs.allow), lambda r: match(r, False))
+    if r is not None:
+        ev.allow = [r]
+
+
+# --------------------------------------------------------------------------- decision
+
+
+def _by(rule: Rule) -> str:
+    return f"the rule {rule.text}" + (f" ({rule.source})" if rule.source else "")
+
+
+def _detail(tool_name: str, what: str) -> str:
+    if not what:
+        return ""
+    return f" for `{what}`" if tool_name == "Bash" else f" for {what}"
+
+
+def check(tool_name: str, tool_input: dict[str, Any], ctx: PermissionContext) -> Decision:
+    """Allow, ask or deny one tool call (see the module docstring for the order)."""
+    ev = _Eval()
+    if tool_name == "Bash":
+        _eval_bash(str(tool_input.get("command", "")), ctx, ev)
+    elif tool_name in READ_TOOLS:
+        _eval_paths(tool_name, _read_paths(tool_name, tool_input, ctx), ctx, ev)
+    elif tool_name in EDIT_TOOLS:
+        raw = tool_input.get(EDIT_TOOLS[tool_name]) or tool_input.get("file_path") or ""
+        path = normalize_path(str(raw), ctx) if raw else ""
+        if path:
+            _eval_paths(tool_name, [path], ctx, ev)
+            if (
+                ctx.mode == PermissionMode.ACCEPT_EDITS
+                and ev.outside is None
+                and not _protected(path, ctx)
+            ):
+                ev.mode_allows = "acceptEdits mode allows edits inside the working directories"
+        else:
+            _eval_generic(tool_name, tool_input, ctx, ev)
+    else:
+        _eval_generic(tool_name, tool_input, ctx, ev)
+
+    mode = ctx.mode
+    if ev.deny is not None:
+        rule, what = ev.deny
+        return Decision(
+            behavior=Behavior.DENY,
+            rule=rule.text,
+            reason=f"Permission to use {tool_name} denied by {_by(rule)}"
+            + _detail(tool_name, what),
+        )
+    read_only = tool_name in READ_ONLY_TOOLS
+    if mode == PermissionMode.PLAN and not read_only:
+        # Safer reading: plan mode runs only read-only tools, even when an allow rule matches.
+        return Decision(
+            behavior=Behavior.DENY,
+            reason=f"Plan mode is on: {tool_name} is not allowed; only read-only tools "
+            "(Read, Grep, Glob) can run until the plan is approved",
+        )
+    if ev.ask is not None:
+        rule, what = ev.ask
+        # Docs: an ask rule prompts whatever the mode; Safer reading: bypassPermissions too.
+        return _ask(
+            ctx,
+            f"Permission to use {tool_name} requires approval by {_by(rule)}"
+            + _detail(tool_name, what),
+            rule.text,
+        )
+    if ev.unsure is not None:
+        return _ask(ctx, f"Permission to use {tool_name} requires approval: {ev.unsure}")
+    if ev.allow:
+        texts = list(dict.fromkeys(r.text for r in ev.allow))
+        first = next(r for r in ev.allow if r.text == texts[0])
+        by = _by(first) if len(texts) == 1 else "the rules " + ", ".join(texts)
+        return Decision(
+            behavior=Behavior.ALLOW,
+            rule=", ".join(texts),
+            reason=f"Permission to use {tool_name} allowed by {by}",
+        )
+    if mode == PermissionMode.BYPASS:
+        if tool_name in EDIT_TOOLS and ev.not_allowed and _protected(ev.not_allowed, ctx):
+            return _ask(
+                ctx,
+                f"Permission to use {tool_name} requires approval: {ev.not_allowed} is in a "
+                "protected directory (.git, .claude, .vscode, .idea), even in bypassPermissions mode",
+            )
+        return Decision(
+            behavior=Behavior.ALLOW, reason=f"{tool_name} allowed in bypassPermissions mode"
+        )
+    if ev.mode_allows is not None:
+        return Decision(behavior=Behavior.ALLOW, reason=f"{tool_name} allowed: {ev.mode_allows}")
+    if read_only:
+        if ev.outside is not None:
+            return _ask(
+                ctx,
+                f"Permission to use {tool_name} requires approval: {ev.outside} is outside the "
+                "working directories",
+            )
+        return Decision(
+            behavior=Behavior.ALLOW,
+            reason=f"{tool_name} is read-only: allowed without approval",
+        )
+    what = ev.not_allowed or ""
+    if tool_name == "Bash" and what:
+        msg = f"Permission to use Bash requires approval: no allow rule matches `{what}`"
+    elif ev.outside is not None:
+        msg = (
+            f"Permission to use {tool_name} requires approval: {ev.outside} is outside the "
+            "working directories"
+        )
+    elif (
+        tool_name in EDIT_TOOLS
+        and what
+        and _protected(what, ctx)
+        and (mode == PermissionMode.ACCEPT_EDITS)
+    ):
+        msg = (
+            f"Permission to use {tool_name} requires approval: {what} is in a protected "
+            "directory (.git, .claude, .vscode, .idea)"
+        )
+    else:
+        msg = f"Permission to use {tool_name} requires approval" + _detail(tool_name, what)
+    return _ask(ctx, msg)
+
+
+def _ask(ctx: PermissionContext, reason: str, rule: str | None = None) -> Decision:
+    if ctx.mode == PermissionMode.DONT_ASK:
+        return Decision(
+            behavior=Behavior.DENY,
+            rule=rule,
+            reason=reason.replace("requires approval", "denied in dontAsk mode (it would ask)", 1),
+        )
+    return Decision(behavior=Behavior.ASK, rule=rule, reason=reason)
+
+
+def headless(decision: Decision) -> Decision:
+    """In a run nobody can answer, an ask is a deny; the reason says why."""
+    if decision.behavior != Behavior.ASK:
+        return decision
+    return Decision(
+        behavior=Behavior.DENY,
+        rule=decision.rule,
+        reason=f"{decision.reason}; denied because no one can approve it in this "
+        "non-interactive run",
+    )
