@@ -141,7 +141,8 @@ async def read_stream(
         events = stream.__aiter__()
         while True:
             try:
-                event = await asyncio.wait_for(anext(events), idle)
+                async with asyncio.timeout(idle):  # no task per event, unlike wait_for
+                    event = await anext(events)
             except StopAsyncIteration:
                 break
             except TimeoutError:
@@ -509,8 +510,7 @@ class ModelActivities:
         early = req.config.eager_tools != EagerTools.NONE
         idle = req.config.stream_idle_seconds
 
-        async def on_event(event: Any) -> None:
-            activity.heartbeat(details)
+        async def on_event(event: Any) -> None:  # `heartbeating` beats meanwhile
             if event.type == "content_block_stop" and event.content_block.type == "tool_use":
                 raw = event.content_block
                 block = ToolUseBlock(id=raw.id, name=raw.name, input=dict(raw.input))

@@ -24,7 +24,12 @@ from durable_agent.engine.state import (
     Terminal,
     Transition,
 )
-from durable_agent.engine.tools import TOOL_SPECS, partition_tool_calls, tool_is_concurrency_safe
+from durable_agent.engine.tools import (
+    TOOL_SPECS,
+    ReadInput,
+    partition_tool_calls,
+    tool_is_concurrency_safe,
+)
 
 ENGINE = Path(__file__).resolve().parent.parent / "durable_agent" / "engine"
 FORBIDDEN = ("temporalio", "anthropic", "workflows", "activities", "httpx", "httpx2")
@@ -272,3 +277,13 @@ def test_transcript_entry_uses_reference_field_names():
     )
     dumped = e.model_dump(by_alias=True)
     assert dumped["parentUuid"] == "p" and "sessionId" in dumped
+
+
+def test_tool_schemas_are_generated_once_and_handed_out_as_copies():
+    """Every request lists every tool: the schema is pydantic's, made once, and a caller that
+    changes its copy changes no later request."""
+    spec = TOOL_SPECS["Read"]
+    first = spec.api_tool()
+    assert first["input_schema"] == ReadInput.model_json_schema(by_alias=True)
+    first["input_schema"]["properties"].clear()
+    assert spec.api_tool()["input_schema"]["properties"]

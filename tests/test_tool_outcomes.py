@@ -6,7 +6,12 @@ import sys
 
 import pytest
 
-from activities.tools.registry import INTERRUPTED_TEXT, ToolActivities
+from activities.tools.registry import (
+    IN_STEP_INLINE_CHARS,
+    INTERRUPTED_TEXT,
+    ToolActivities,
+    run_in_step,
+)
 from activities.transcript import StoreError
 from durable_agent.engine.contracts import RunToolInput
 from durable_agent.engine.messages import Message, ToolResultBlock, ToolUseBlock
@@ -123,3 +128,19 @@ async def test_bash_runs_without_the_workers_secrets(store, tmp_path, monkeypatc
     names = {line.split("=", 1)[0] for line in (tmp_path / "env.txt").read_text().splitlines()}
     assert "CLAUDE_PROJECT_DIR" in names and "PATH" in names
     assert not {n for n in names if n.startswith(("ANTHROPIC_", "TEMPORAL_", "DURABLE_AGENT_"))}
+
+
+async def test_a_short_in_step_read_travels_inline_and_a_long_one_is_stored(store, tmp_path):
+    """A read the model-call step runs itself: a short result comes back whole in the step's
+    output (no file, no fsync), a long one is stored and only its preview travels."""
+    (tmp_path / "short.txt").write_text("one line\n")
+    (tmp_path / "long.txt").write_text("".join(f"line {i}\n" for i in range(IN_STEP_INLINE_CHARS)))
+    short = ToolUseBlock(id="toolu_s", name="Read", input={"file_path": "short.txt"})
+    long = ToolUseBlock(id="toolu_l", name="Read", input={"file_path": "long.txt"})
+    got_short = await run_in_step(store, "s", short, str(tmp_path), "step1")
+    got_long = await run_in_step(store, "s", long, str(tmp_path), "step1")
+    assert got_short.inline is not None and "one line" in got_short.inline.text()
+    assert store.get_tool_result("s", "toolu_s", "step1") is None
+    assert got_long.inline is None and got_long.content_chars > IN_STEP_INLINE_CHARS
+    stored = store.get_tool_result("s", "toolu_l", "step1")
+    assert stored is not None and "line 1\n" in stored.text()

@@ -109,16 +109,24 @@ IN_STEP_TOOLS = frozenset({ToolName.READ, ToolName.GREP, ToolName.GLOB})
 retried step runs them again, which changes nothing)."""
 
 
+IN_STEP_INLINE_CHARS = 4_000
+"""A read this short travels whole in the step's output (so in history) instead of a stored
+file: one fsync and rename less a turn; a longer one is stored and only its preview travels."""
+
+
 async def run_in_step(
     store: TranscriptStore, session_id: str, block: ToolUseBlock, workspace: str, run_id: str
 ) -> RunToolOutput:
     """Run a read-only tool inside the step that needs it and store its result, as run_tool
-    would (kept inline if the store cannot hold it: the model must see it)."""
+    would, unless it is short (kept inline then, and when the store cannot hold it: the model
+    must see it)."""
     overflow = (store.overflow_dir(session_id),)
     with tool_span(block) as span:
         output = await execute_tool(block.name, block.input, workspace, overflow)
         span.set_attribute("durable_agent.tool.is_error", output.is_error)
     result = ToolResultBlock(tool_use_id=block.id, content=output.content, is_error=output.is_error)
+    if len(result.text()) <= IN_STEP_INLINE_CHARS:
+        return describe(block.name, result, inline=True, run_id=run_id)
     try:
         await off_loop(store.put_tool_result, session_id, result, run_id)
     except (StoreError, OSError):

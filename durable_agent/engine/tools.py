@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any, Literal
@@ -96,6 +98,11 @@ class GlobInput(_Input):
     )
 
 
+@functools.cache
+def _schema_json(model: type[BaseModel]) -> str:
+    return json.dumps(model.model_json_schema(by_alias=True))
+
+
 class ToolSpec(BaseModel):
     """What the engine knows about a tool without running it."""
 
@@ -109,7 +116,9 @@ class ToolSpec(BaseModel):
     summary_field: str
 
     def json_schema(self) -> dict[str, Any]:
-        return self.input_model.model_json_schema(by_alias=True)
+        """The input's JSON schema: generated once per model (pydantic takes milliseconds over
+        it, and every request lists every tool), a fresh copy each call."""
+        return json.loads(_schema_json(self.input_model))
 
     def api_tool(self) -> dict[str, Any]:
         """The tool's entry in a Messages API request's `tools`."""
