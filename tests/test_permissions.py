@@ -933,3 +933,57 @@ def test_models_round_trip_through_json() -> None:
     assert PermissionContext.model_validate_json(c.model_dump_json()) == c
     d = bash("ls", c)
     assert Decision.model_validate_json(d.model_dump_json()) == d
+
+
+# --------------------------------------------------------------------------- hardening
+
+
+@pytest.mark.parametrize("text", ["bash(rm:*)", "read(./secrets/**)", "EDIT", "webfetch"])
+def test_case_variant_of_a_known_tool_is_an_error_not_a_silent_no_op(text: str) -> None:
+    with pytest.raises(ValueError, match="did you mean"):
+        parse_rule(text)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cp --target-directory=/etc a",
+        "mv -t/etc a",
+        "mv -t /etc a",
+        "mkdir {/etc/x,y}",
+        "touch ~root/x",
+        "touch ~/x",
+        "cp a ../outside",
+        "mkdir x > /etc/y",
+    ],
+)
+def test_accept_edits_filesystem_commands_stay_inside(command: str) -> None:
+    assert bash(command, ctx(mode=M.ACCEPT_EDITS)).behavior == ASK
+
+
+def test_accept_edits_redirect_to_another_users_home_asks() -> None:
+    c = ctx(allow=["Bash(echo:*)"], mode=M.ACCEPT_EDITS)
+    assert bash("echo x > ~root/.bashrc", c).behavior == ASK
+    assert bash("echo x > notes/a.txt", c).behavior == ALLOW
+
+
+def test_allow_rule_does_not_read_a_quoted_word_as_operators() -> None:
+    assert bash('git "diff && rm -rf x"', ctx(allow=["Bash(git diff:*)"])).behavior == ASK
+    assert bash("git 'diff' HEAD", ctx(allow=["Bash(git diff:*)"])).behavior == ALLOW
+
+
+def test_many_wrappers_stay_fast_and_still_deny() -> None:
+    c = ctx(allow=["Bash"], deny=["Bash(rm:*)"])
+    assert bash("sudo " * 300 + "ls", c).behavior == ALLOW
+    assert bash("sudo " * 300 + "rm x", c).behavior == DENY
+
+
+def test_computed_redirect_targets() -> None:
+    assert bash("echo x > $F", ctx(sandboxed=True)).behavior == ALLOW
+    assert bash("echo x > $F", ctx(sandboxed=True, deny=["Edit(./keep/**)"])).behavior == ASK
+    assert bash("cat < $F", ctx(allow=["Bash"], deny=["Read(./secrets/**)"])).behavior == ASK
+
+
+def test_empty_command() -> None:
+    assert bash("", ctx(allow=["Bash"])).behavior == ALLOW
+    assert bash("  # only a comment", ctx(allow=["Bash(ls)"])).behavior == ASK

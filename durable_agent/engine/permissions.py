@@ -99,6 +99,9 @@ PROTECTED_DIRS = frozenset({".git", ".claude", ".vscode", ".idea"})
 PROTECTED_EXEMPT = (".claude/commands", ".claude/agents", ".claude/skills")
 
 _TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(\*)?$")
+KNOWN_TOOLS = frozenset(
+    {*READ_ONLY_TOOLS, *READ_TOOLS, *EDIT_TOOLS, "Bash", "WebFetch", "WebSearch", "KillShell"}
+)
 
 
 def parse_rule(text: str, source: str = "", root: str | None = None) -> Rule:
@@ -123,6 +126,13 @@ def parse_rule(text: str, source: str = "", root: str | None = None) -> Rule:
     m = _TOOL_NAME.match(tool)
     if not m or (m.group(1) and not tool.startswith("mcp__")):
         raise ValueError(f"permission rule {text!r}: {tool!r} is not a tool name")
+    known = {t.lower(): t for t in KNOWN_TOOLS}
+    if tool not in KNOWN_TOOLS and tool.lower() in known:
+        # Safer reading: `bash(rm:*)` would never match the Bash tool; a silent no-op deny rule
+        # is a hole, so it is an error.
+        raise ValueError(
+            f"permission rule {text!r}: unknown tool {tool!r}, did you mean {known[tool.lower()]!r}?"
+        )
     if spec is not None:
         spec = spec.strip()
         if spec == "*":
@@ -172,7 +182,7 @@ _REDIRECTS = ("&>>", "&>", ">>", ">|", ">&", "<&", "<<<", "<<", "<>", ">", "<")
 _KEYWORDS = frozenset(
     {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}", "esac"}
 )
-_SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "-"})
+_SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _MAX_DEPTH = 8
 
 
@@ -262,6 +272,7 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
     start, n = i, len(s)
     value: list[str] = []
     dynamic = False
+    brace = False
     subs: list[Part] = []
     while i < n:
         c = s[i]
@@ -339,9 +350,16 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
             continue
         if c in "$*?[":
             dynamic = True
+        if c == "{":
+            brace = True
         value.append(c)
         i += 1
-    return Word("".join(value), s[start:i], dynamic), i, subs
+    raw = s[start:i]
+    # Unquoted braces expand (`{/etc/x,y}`), a leading `~name` is another user's home: both
+    # make the word something other than what is written.
+    if (brace and raw != "{") or (raw.startswith("~") and not re.match(r"~(/|$)", raw)):
+        dynamic = True
+    return Word("".join(value), raw, dynamic), i, subs
 
 
 def _balanced(s: str, i: int) -> tuple[str, int]:
@@ -441,38 +459,46 @@ def _deny_views(words: list[Word], depth: int = 0) -> list[list[Word]]:
     views: list[list[Word]] = [words]
     if depth > _MAX_DEPTH:
         return views
-    ws = list(words)
-    while ws and _ASSIGNMENT.match(ws[0].raw):
-        ws.pop(0)
-    if not ws:
-        return views
-    if len(ws) != len(words):
-        views.append(ws)
-    head = posixpath.basename(ws[0].value)
-    if head != ws[0].value:
-        views.append([Word(head, head, ws[0].dynamic), *ws[1:]])
-    if head in _DENY_WRAPPERS:
-        for k in range(1, len(ws)):
-            views.extend(_deny_views(ws[k:], depth + 1))
-    if head in _SHELLS or head == "eval" or head == "source" or head == ".":
+    seen: set[int] = set()
+
+    def visit(i: int) -> None:
+        if i in seen:
+            return
+        seen.add(i)
+        while i < len(words) and _ASSIGNMENT.match(words[i].raw):
+            i += 1
+        if i >= len(words):
+            return
+        ws = words[i:]
+        if i:
+            views.append(ws)
+        head = posixpath.basename(ws[0].value)
+        if head != ws[0].value:
+            views.append([Word(head, head, ws[0].dynamic), *ws[1:]])
+        if head in _DENY_WRAPPERS:
+            for k in range(i + 1, len(words)):
+                visit(k)
         scripts: list[str] = []
         if head == "eval":
             scripts.append(" ".join(w.value for w in ws[1:]))
-        for k, w in enumerate(ws[1:-1], start=1):
-            if re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", w.value):
-                scripts.append(ws[k + 1].value)
+        if head in _SHELLS:
+            for k, w in enumerate(ws[1:-1], start=1):
+                if re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", w.value):
+                    scripts.append(ws[k + 1].value)
         for script in scripts:
             try:
                 for part in split_command(script, depth + 1):
                     views.extend(_deny_views(part.words, depth + 1))
             except ShellParseError:
                 views.append([Word("<unparseable>", "<unparseable>", True)])
-    if head == "find":
-        for k, w in enumerate(ws):
-            if w.value in ("-exec", "-execdir", "-ok", "-okdir") and k + 1 < len(ws):
-                tail = ws[k + 1 :]
-                end = next((j for j, t in enumerate(tail) if t.value in (";", "+")), len(tail))
-                views.extend(_deny_views(tail[:end], depth + 1))
+        if head == "find":
+            for k, w in enumerate(ws):
+                if w.value in ("-exec", "-execdir", "-ok", "-okdir") and k + 1 < len(ws):
+                    tail = ws[k + 1 :]
+                    end = next((j for j, t in enumerate(tail) if t.value in (";", "+")), len(tail))
+                    views.extend(_deny_views(tail[:end], depth + 1))
+
+    visit(0)
     return views
 
 
@@ -495,16 +521,21 @@ def _bash_pattern(spec: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(p) for p in pieces), re.DOTALL)
 
 
-def _bash_rule_matches(rule: Rule, views: Iterable[list[Word]]) -> bool:
+def _bash_rule_matches(rule: Rule, views: Iterable[list[Word]], for_allow: bool = False) -> bool:
+    """Matched against the words as written and after quote removal (`"rm" x` is `rm x`). For an
+    allow rule the unquoted form counts only when no word holds a space (`git "diff && rm"` is
+    one word, and must not read as the text `git diff && rm`)."""
     if rule.specifier is None:
         return True
     pattern = _bash_pattern(rule.specifier)
     for words in views:
         if not words:
             continue
-        for text in (" ".join(w.raw for w in words), " ".join(w.value for w in words)):
-            if pattern.fullmatch(text):
-                return True
+        texts = [" ".join(w.raw for w in words)]
+        if not for_allow or not any(re.search(r"\s", w.value) for w in words):
+            texts.append(" ".join(w.value for w in words))
+        if any(pattern.fullmatch(t) for t in texts):
+            return True
     return False
 
 
@@ -702,7 +733,12 @@ def _accept_edits_part(part: Part, ctx: PermissionContext) -> bool:
             return False
     for w in part.words[1:]:
         if w.value.startswith("-"):
-            continue
+            # Only bare flags: `--target-directory=/etc` or `-t/etc` carry a path of their own.
+            if re.fullmatch(r"-[A-Za-z]+|--[a-z][a-z-]*", w.value):
+                continue
+            return False
+        if w.value.startswith("~") and not re.match(r"~(/|$)", w.value):
+            return False
         p = normalize_path(w.value, ctx)
         if not _in_workspace(p, ctx) or _protected(p, ctx):
             return False
@@ -734,7 +770,12 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
             ev.not_allowed = command
         return
     if not parts:
-        parts = [Part()]
+        w = _first(allow, lambda r: r.specifier is None)
+        if w is not None:
+            ev.allow = [w]
+        else:
+            ev.not_allowed = command
+        return
     allow_rules: list[Rule] = []
     accept_all = ctx.mode == PermissionMode.ACCEPT_EDITS
     for part in parts:
@@ -750,8 +791,10 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
             if target.value in _SAFE_SINKS or re.fullmatch(r"&?\d+", target.value):
                 continue
             if target.dynamic:
-                ev.unsure = ev.unsure or f"`{text}` writes to a computed path {target.raw}"
-                ev.not_allowed = ev.not_allowed or text
+                if _rules_for("Write", rs.deny) or _rules_for("Write", rs.ask):
+                    ev.unsure = ev.unsure or f"`{text}` writes to a computed path {target.raw}"
+                ev.not_allowed = ev.not_allowed or f"{text} > {target.raw}"
+                accept_all = False
                 continue
             p = normalize_path(target.value, ctx)
             for lst, slot in ((rs.deny, "deny"), (rs.ask, "ask")):
@@ -770,6 +813,8 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
                 ev.not_allowed = ev.not_allowed or f"{text} > {target.value}"
                 accept_all = False
         for target in part.reads:
+            if target.dynamic and (_rules_for("Read", rs.deny) or _rules_for("Read", rs.ask)):
+                ev.unsure = ev.unsure or f"`{text}` reads a computed path {target.raw}"
             p = normalize_path(target.value, ctx) if not target.dynamic else ""
             for lst, slot in ((rs.deny, "deny"), (rs.ask, "ask")):
                 if p and getattr(ev, slot) is None:
@@ -793,7 +838,7 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
         if part.words[0].dynamic:  # `$CMD args`: only a whole-tool `Bash` rule allows it
             r = _first(allow, lambda r: r.specifier is None)
         else:
-            r = _first(allow, lambda r, v=allow_views: _bash_rule_matches(r, v))
+            r = _first(allow, lambda r, v=allow_views: _bash_rule_matches(r, v, True))
         if r is not None:
             allow_rules.append(r)
         elif accept_all and _accept_edits_part(part, ctx):
