@@ -251,6 +251,9 @@ HIDDEN_RM = [
     "rm x > /dev/null 2>&1",
     "echo ok # comment\nrm x",
     "timeout 5 sudo env FOO=1 rm x",
+    "echo $(( $(rm x) + 1 ))",  # a substitution inside arithmetic runs
+    "echo ${X:-$(rm x)}",  # and inside a default value
+    "echo $((rm x) )",  # bash may read this as a subshell in a substitution
 ]
 
 
@@ -318,7 +321,10 @@ def test_deny_rule_does_not_fire_on_arguments(command: str) -> None:
         ("git diff >> ~/.ssh/authorized_keys", ASK),
         ("echo x > $F", ASK),
         ("$CMD diff", ASK),  # the program is computed: a scoped rule cannot allow it
-        ("git diff\\\n HEAD", ALLOW),  # a line continuation is not a newline
+        ("git diff\\\n HEAD", ALLOW),
+        ("echo $((1 + 2))", ALLOW),  # arithmetic runs nothing
+        ("echo $(( $(git diff) * 2 ))", ALLOW),
+        ("echo $(( $(rm x) + 1 ))", ASK),  # a line continuation is not a newline
         ("", ASK),
     ],
 )

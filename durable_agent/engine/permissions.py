@@ -172,6 +172,9 @@ class Part:
     """Targets of output redirections (`>`, `>>`, `&>`, ...)."""
     reads: list[Word] = field(default_factory=list)
     """Targets of input redirections (`<`)."""
+    deny_only: bool = False
+    """A reading of ambiguous text as a command (`$((...))` may be a subshell in a command
+    substitution): deny and ask rules see it, allow rules need not cover it."""
 
     def text(self) -> str:
         return " ".join(w.raw for w in self.words)
@@ -305,6 +308,12 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
                     value.append(s[i + 1] if s[i + 1] in '"\\$`\n' else s[i : i + 2])
                     i += 2
                     continue
+                if s.startswith("$((", i):
+                    body, i = _balanced(s, i + 1)
+                    subs.extend(_arithmetic(body, depth + 1))
+                    value.append(f"$({body})")
+                    dynamic = True
+                    continue
                 if c == "$" and s.startswith("$(", i):
                     body, i = _balanced(s, i + 1)
                     subs.extend(split_command(body, depth + 1))
@@ -322,7 +331,7 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
                 value.append(c)
                 i += 1
             continue
-        if c == "$" and s.startswith("$(", i):
+        if c == "$" and s.startswith("$(", i) and not s.startswith("$((", i):
             body, i = _balanced(s, i + 1)
             subs.extend(split_command(body, depth + 1))
             value.append(f"$({body})")
@@ -340,13 +349,16 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
             value.append(f"`{body}`")
             dynamic = True
             continue
-        if c == "$" and s.startswith("${", i):
-            j = s.find("}", i)
-            if j < 0:
-                raise ShellParseError("unbalanced ${")
-            value.append(s[i : j + 1])
+        if c == "$" and (s.startswith("${", i) or s.startswith("$((", i)):
+            # `${x:-$(cmd)}` and `$(( $(cmd) + 1 ))` run the commands inside them: only those
+            # are parts; the rest is an expansion.
+            close = "}" if s[i + 1] == "{" else ")"
+            body, i = _balanced(s, i + 1, "{" if close == "}" else "(")
+            subs.extend(
+                _substitutions(body, depth + 1) if close == "}" else _arithmetic(body, depth + 1)
+            )
+            value.append(f"${{{body}}}" if close == "}" else f"$({body})")
             dynamic = True
-            i = j + 1
             continue
         if c in "$*?[":
             dynamic = True
@@ -362,8 +374,52 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
     return Word("".join(value), raw, dynamic), i, subs
 
 
-def _balanced(s: str, i: int) -> tuple[str, int]:
-    """s[i] is '('; the text up to its matching ')' (quotes respected) and the index after it."""
+def _arithmetic(body: str, depth: int) -> list[Part]:
+    """`$((body))`: the substitutions inside it, and (Safer reading) the body read as commands
+    for deny and ask rules, since bash may take `$((cmd) ...)` as a command substitution."""
+    parts = _substitutions(body, depth)
+    try:
+        extra = split_command(body, depth + 1)
+    except ShellParseError:
+        extra = []
+    for part in extra:
+        part.deny_only = True
+    return parts + extra
+
+
+def _substitutions(body: str, depth: int) -> list[Part]:
+    """The parts of every `$(...)` and `...` inside an expansion's body."""
+    parts: list[Part] = []
+    j = 0
+    while j < len(body):
+        c = body[j]
+        if c == "\\":
+            j += 2
+        elif c == "'":
+            k = body.find("'", j + 1)
+            if k < 0:
+                raise ShellParseError("unbalanced single quote")
+            j = k + 1
+        elif body.startswith("$((", j):
+            inner, j = _balanced(body, j + 1)
+            parts.extend(_arithmetic(inner, depth + 1))
+        elif body.startswith("${", j):
+            inner, j = _balanced(body, j + 1, "{")
+            parts.extend(_substitutions(inner, depth + 1))
+        elif body.startswith("$(", j):
+            inner, j = _balanced(body, j + 1)
+            parts.extend(split_command(inner, depth + 1))
+        elif c == "`":
+            inner, j = _backtick(body, j)
+            parts.extend(split_command(inner, depth + 1))
+        else:
+            j += 1
+    return parts
+
+
+def _balanced(s: str, i: int, opener: str = "(") -> tuple[str, int]:
+    """s[i] is `opener`; the text up to its match (quotes respected) and the index after it."""
+    closer = ")" if opener == "(" else "}"
     depth, j, n = 0, i, len(s)
     while j < n:
         c = s[j]
@@ -384,14 +440,14 @@ def _balanced(s: str, i: int) -> tuple[str, int]:
                 raise ShellParseError("unbalanced double quote")
             j += 1
             continue
-        if c == "(":
+        if c == opener:
             depth += 1
-        elif c == ")":
+        elif c == closer:
             depth -= 1
             if depth == 0:
                 return s[i + 1 : j], j + 1
         j += 1
-    raise ShellParseError("unbalanced parenthesis")
+    raise ShellParseError("unbalanced parenthesis" if opener == "(" else "unbalanced ${")
 
 
 def _backtick(s: str, i: int) -> tuple[str, int]:
@@ -823,7 +879,7 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
                     )
                     if r is not None:
                         setattr(ev, slot, (r, f"{text} < {target.value}"))
-        if not part.words:
+        if not part.words or part.deny_only:
             continue
         program_dynamic = any(
             v and v[0].dynamic and not _ASSIGNMENT.match(v[0].value) for v in views
