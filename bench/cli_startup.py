@@ -4,7 +4,9 @@ One dev server is started for a temporary $DURABLE_AGENT_HOME (as `durable-agent
 the CLI finds it there, no TEMPORAL_ADDRESS) and one ReplayServer answers every request with a
 short text turn. Each series runs --repeats times, interleaved, one process after another:
 
-- run: `durable-agent run` with its worker in the process (the default);
+- run: `durable-agent run` with its worker in the process (no warm worker);
+- warm: `durable-agent run` served by the warm worker `durable-agent server` keeps for this
+  environment (`durable-agent warm-worker`, started here and waited for);
 - no-worker: `durable-agent run --no-worker`, a `python worker.py` already serving the shared
   queue (the CLI needs no anthropic, activities or temporalio.worker then);
 - floor: a bare interpreter importing what any Temporal client needs,
@@ -69,15 +71,31 @@ class FirstRequest:
         return next((t - start for t in self.times if t >= start), None)
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """(start, seconds to exit) of one process; it must succeed."""
+def timed(cmd: list[str], env: dict[str, str], cwd: Path, expect: str = "") -> tuple[float, float]:
+    """(start, seconds to exit) of one process; it must succeed (and print `expect`)."""
     start = time.monotonic()
     proc = subprocess.run(
         cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
     )
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[:3]} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    if expect not in proc.stdout + proc.stderr:
+        raise SystemExit(f"{cmd[:3]} did not say {expect!r}:\n{proc.stderr[-2000:]}")
     return start, time.monotonic() - start
+
+
+def start_warm_worker(env: dict[str, str], home: Path) -> subprocess.Popen[str]:
+    """`durable-agent warm-worker` for `env`, once its record is written (it polls then)."""
+    proc = subprocess.Popen(
+        [*cli_command(), "warm-worker"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "warm worker pid" not in line or not any((home / "warm").glob("*.json")):
+        proc.kill()
+        raise SystemExit(f"the warm worker did not start: {line}{proc.stdout.read()[-2000:]}")
+    return proc
 
 
 def start_worker(env: dict[str, str]) -> subprocess.Popen[str]:
@@ -122,7 +140,7 @@ def main() -> None:
     cli = [*cli_command(), "run", "say done", "--workspace", str(workspace)]
     series: dict[str, list[float]] = {}
     exits: dict[str, list[float]] = {}
-    worker = None
+    worker = warm_worker = None
     try:
         with ReplayServer(script) as server:
             env["ANTHROPIC_BASE_URL"] = server.base_url
@@ -130,14 +148,17 @@ def main() -> None:
             # set: not for the default series.
             own = {k: v for k, v in env.items() if k != "DURABLE_AGENT_TASK_QUEUE"}
             worker = start_worker(env)
+            warm_worker = start_warm_worker(own, home)
+            cold = {**own, "DURABLE_AGENT_WARM_WORKER": "0"}
             runs = {
-                "run": (cli, own),
-                "no-worker": ([*cli, "--no-worker"], env),
+                "run": (cli, cold, ""),
+                "warm": (cli, own, "served by the warm worker"),
+                "no-worker": ([*cli, "--no-worker"], env, ""),
             }
             plain = {"floor": FLOOR, "anthropic": ANTHROPIC}
             for round_ in range(opts.repeats + 1):  # round 0: warm-up (caches, first workflows)
-                for name, (cmd, run_env) in runs.items():
-                    start, total = timed(cmd, run_env, ROOT)
+                for name, (cmd, run_env, expect) in runs.items():
+                    start, total = timed(cmd, run_env, ROOT, expect)
                     first = script.first_after(start)
                     if first is None:
                         raise SystemExit(f"{name}: the run made no model request")
@@ -149,9 +170,10 @@ def main() -> None:
                     if round_:
                         series.setdefault(name, []).append(total)
     finally:
-        if worker is not None:
-            worker.kill()
-            worker.wait()
+        for proc in (worker, warm_worker):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
         stop_dev_server(home)
         shutil.rmtree(tmp, ignore_errors=True)
 

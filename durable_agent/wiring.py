@@ -5,12 +5,9 @@ The single place where things are wired; tests and the CLI call `build_worker` t
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
 import os
 from datetime import timedelta
-from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
@@ -25,26 +22,12 @@ from activities.transcript import StoreActivities, TranscriptStore
 from durable_agent import telemetry
 from durable_agent.paths import state_home
 from durable_agent.payloads import data_converter
+from durable_agent.warm import code_build_id
 from workflows.query import QueryWorkflow
 from workflows.session import SessionWorkflow
 
 DEFAULT_TASK_QUEUE = "durable-agent"
 WORKFLOWS = [SessionWorkflow, QueryWorkflow]
-PACKAGES = ("durable_agent", "workflows", "activities")
-
-
-@functools.cache
-def code_build_id() -> str:
-    """The worker's build id: a hash of our own source. Without one the SDK hashes the code of
-    every loaded module (anthropic, pydantic, …), ~0.2 s of every CLI start, 1.5 s without a
-    bytecode cache."""
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode())
-            digest.update(path.read_bytes())
-    return f"durable-agent-{digest.hexdigest()[:16]}"
 
 
 def build_worker(

@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TEMPORAL_"))}
     env.update(
-        DURABLE_AGENT_HOME=str(tmp_path / "home"), DURABLE_AGENT_TASK_QUEUE=f"cli-{uuid.uuid4()}"
+        DURABLE_AGENT_HOME=str(tmp_path / "home"),
+        DURABLE_AGENT_TASK_QUEUE=f"cli-{uuid.uuid4()}",
+        DURABLE_AGENT_WARM_WORKER="0",  # no worker left behind (tests/test_warm_worker.py)
     )
     env.update(extra)
     return env

@@ -184,7 +184,20 @@ def parser() -> argparse.ArgumentParser:
         "server", help="start (or show) the local Temporal dev server with its Web UI"
     )
     server.add_argument(
-        "--stop", action="store_true", help="stop the dev server started for this state dir"
+        "--stop",
+        action="store_true",
+        help="stop the dev server started for this state dir, and its warm workers",
+    )
+    server.add_argument(
+        "--no-warm-worker",
+        action="store_true",
+        help="do not start a warm worker beside it (one that serves `run` from this shell's "
+        "environment, so a run starts without importing a worker; "
+        f"{warm_env()}=0 turns it off everywhere)",
+    )
+    sub.add_parser(
+        "warm-worker",
+        help="the background worker `server` starts (one per environment; not run by hand)",
     )
 
     status = sub.add_parser("status", help="show a session's state")
@@ -201,6 +214,12 @@ def parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="list recent sessions")
     return p
+
+
+def warm_env() -> str:
+    from durable_agent.warm import WARM_ENV
+
+    return WARM_ENV
 
 
 def _query_options(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import difflib
+import os
 import shutil
 import tempfile
 import uuid
@@ -19,11 +21,12 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverse
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from durable_agent import warm
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console, result_details
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.reconnect import riding_out
-from durable_agent.cli.serving import prepared, serving
+from durable_agent.cli.serving import prepared, served_warm, serving, warm_worker_for
 from durable_agent.cli.sessions import (
     find_session,
     new_session_id,
@@ -60,6 +63,14 @@ async def cmd_run(args: argparse.Namespace) -> int:
     record = Path(args.record) if args.record else None
     session_id = new_session_id()
     task_queue = new_session_queue(args, session_id)
+    found = warm_worker_for(args)
+    if found is not None:  # a worker with this environment and code is up: no worker here
+        async with prepared(args, console, None) as (client, config):
+            memo = session_memo(found.task_queue, config, "run")
+            async with served_warm(client, console, found):
+                return await run_prompt(
+                    client, console, args.prompt, config, found.task_queue, session_id, memo
+                )
     async with prepared(args, console, task_queue, record) as (client, config):
         memo = session_memo(task_queue, config, "run")
         return await run_prompt(client, console, args.prompt, config, task_queue, session_id, memo)
@@ -149,6 +160,7 @@ def _demo_footer(console: Console, client: Client) -> None:
 async def cmd_server(args: argparse.Namespace) -> int:
     home = state_home()
     if args.stop:
+        warm.stop_all(home)
         print(
             "stopped" if stop_dev_server(home) else "no dev server was running for this state dir"
         )
@@ -160,7 +172,46 @@ async def cmd_server(args: argparse.Namespace) -> int:
     print(f"{'started' if started else 'running'}: Temporal dev server at {info.address}")
     print(f"Web UI: {info.ui_url}")
     print(f"data: {info.db_path}")
+    lines = warm.describe(home)
+    if not args.no_warm_worker and warm.find(home) is None and warm.enabled():
+        warm.spawn(home)
+        lines.append("starting a warm worker for this environment (runs from it need no worker)")
+    for line in lines:
+        print(line)
     return 0
+
+
+async def cmd_warm_worker(_args: argparse.Namespace) -> int:
+    """The warm worker `server` starts: serves its fingerprint's queue until the dev server
+    stops or it is sent SIGTERM (`server --stop`)."""
+    import signal
+
+    from durable_agent.wiring import build_worker
+
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        raise CliError("the warm worker is for the embedded dev server", "unset TEMPORAL_ADDRESS")
+    home = state_home()
+    fp = warm.fingerprint()
+    record = warm.WarmRecord(pid=os.getpid(), task_queue=warm.warm_queue(fp))
+    client = await connect(Console(), start_server=False)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with build_worker(client, record.task_queue):
+        warm.write_record(home, fp, record)
+        print(f"warm worker pid {record.pid} on {record.task_queue}", flush=True)
+        try:
+            while running(home) is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), WARM_CHECK_SECONDS)
+                if stop.is_set():
+                    break
+        finally:
+            warm.remove_record(home, fp, record.pid)
+    return 0
+
+
+WARM_CHECK_SECONDS = 2.0
+"""How often the warm worker looks whether its dev server still runs."""
 
 
 STATUS_PATIENCE = 60.0
@@ -290,4 +341,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = 
     "status": cmd_status,
     "interrupt": cmd_interrupt,
     "list": cmd_list,
+    "warm-worker": cmd_warm_worker,
 }

@@ -11,7 +11,7 @@ from opentelemetry import trace
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from durable_agent import telemetry
+from durable_agent import telemetry, warm
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.devserver import DevServerError, ensure_dev_server, running
@@ -33,6 +33,7 @@ async def connect(console: Console, start_server: bool = True) -> Client:
                     console.info(
                         f"started Temporal dev server at {info.address} (Web UI {info.ui_url})"
                     )
+                    warm.spawn(home)  # the next run from this shell needs no worker of its own
             else:
                 found = running(home)
                 if found is None:

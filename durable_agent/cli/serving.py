@@ -5,8 +5,10 @@ unless --no-worker, a worker in this process. Only a worker imports the worker's
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
+import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -14,12 +16,17 @@ from typing import Any
 
 from temporalio.client import Client
 
+from durable_agent import warm
 from durable_agent.cli.args import build_config, workspace_dir
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.sessions import SessionPlace, api_endpoint, check_endpoint
 from durable_agent.engine.state import QueryConfig
+from durable_agent.paths import state_home
+
+WATCH_SECONDS = 1.0
+"""How often a run served by the warm worker looks whether that worker still lives."""
 
 
 @contextlib.asynccontextmanager
@@ -39,6 +46,43 @@ async def serving(
     async with build_worker(client, task_queue):
         console.info(f"resuming session {session_id} on task queue {task_queue!r}")
         yield
+
+
+def warm_worker_for(args: argparse.Namespace) -> warm.WarmRecord | None:
+    """The warm worker that can serve this command's new session: only on the embedded dev
+    server, with a worker of this process's own kind (not --no-worker, --record or an explicit
+    DURABLE_AGENT_TASK_QUEUE), and only one of this environment and code."""
+    if args.no_worker or getattr(args, "record", None):
+        return None
+    if os.environ.get("TEMPORAL_ADDRESS") or os.environ.get("DURABLE_AGENT_TASK_QUEUE"):
+        return None
+    return warm.find(state_home())
+
+
+@contextlib.asynccontextmanager
+async def served_warm(
+    client: Client, console: Console, found: warm.WarmRecord
+) -> AsyncIterator[None]:
+    """Follow a session the warm worker serves; if that worker dies meanwhile, this process
+    starts a worker on its queue and takes the session over (same environment, same code)."""
+
+    async def watch() -> None:
+        while warm.is_warm_worker(found.pid):  # noqa: ASYNC110 — a process, no event to wait on
+            await asyncio.sleep(WATCH_SECONDS)
+        from durable_agent.wiring import build_worker
+
+        console.info(f"the warm worker (pid {found.pid}) stopped; this process serves the session")
+        async with build_worker(client, found.task_queue):
+            await asyncio.Event().wait()
+
+    console.info(f"served by the warm worker (pid {found.pid})")
+    watcher = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
 
 
 @contextlib.asynccontextmanager

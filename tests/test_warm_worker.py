@@ -1,0 +1,139 @@
+"""The warm worker `durable-agent server` keeps: a `run` from the same environment and code
+needs no worker of its own (issue 9: first model request ≤ 1.5 s), a different one runs its
+own, and a run whose warm worker dies takes its session over."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_agent import warm
+from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
+from tests.test_cli import ROOT, cli_env, durable_agent
+
+
+def test_the_fingerprint_is_the_code_and_the_environment_but_its_volatile_part():
+    env = {"PATH": "/bin", "ANTHROPIC_BASE_URL": "http://a", "PWD": "/x", "SHLVL": "1"}
+    same = {**env, "PWD": "/y", "OLDPWD": "/x", "SHLVL": "3"}
+    assert warm.fingerprint(env) == warm.fingerprint(same)
+    assert warm.fingerprint(env) != warm.fingerprint({**env, "ANTHROPIC_BASE_URL": "http://b"})
+    assert warm.fingerprint(env) != warm.fingerprint({**env, "FOO": "1"})  # a tool would see it
+    assert "http://a" not in warm.fingerprint(env)
+
+
+def test_only_a_live_warm_worker_of_this_fingerprint_is_found(tmp_path):
+    env = {"PATH": "/bin"}
+    fp = warm.fingerprint(env)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    warm.write_record(tmp_path, fp, warm.WarmRecord(pid=int(dead.stdout), task_queue="q"))
+    assert warm.find(tmp_path, env) is None  # its process is gone
+    warm.write_record(tmp_path, fp, warm.WarmRecord(pid=os.getpid(), task_queue="q"))
+    assert warm.find(tmp_path, env) is None  # a live process, but no warm worker (pytest)
+    assert warm.find(tmp_path, {**env, warm.WARM_ENV: "0"}) is None
+
+
+def _wait_for_record(home: Path, deadline: float = 60) -> warm.WarmRecord:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        for path in (home / "warm").glob("*.json"):
+            record = warm.WarmRecord.model_validate_json(path.read_text())
+            if warm.is_warm_worker(record.pid):
+                return record
+        time.sleep(0.2)
+    logs = "".join(p.read_text() for p in (home / "warm").glob("*.log"))
+    raise AssertionError(f"no warm worker came up: {logs[-2000:]}")
+
+
+class Script:
+    """Replay turns the test queues up; a text answer when none is left."""
+
+    def __init__(self) -> None:
+        self.turns: list[Turn] = []
+
+    def __call__(self, body: dict[str, Any], index: int) -> Turn:
+        return self.turns.pop(0) if self.turns else text_turn("done")
+
+
+@pytest.fixture
+def warm_home(tmp_path):
+    """`durable-agent server` for a fresh state dir, its warm worker up, in an environment
+    whose API is a replay server; all stopped afterwards."""
+    script = Script()
+    with ReplayServer(script) as server:
+        env = cli_env(tmp_path, ANTHROPIC_API_KEY="dummy", ANTHROPIC_BASE_URL=server.base_url)
+        env.pop("DURABLE_AGENT_TASK_QUEUE")
+        env.pop(warm.WARM_ENV, None)
+        started = durable_agent(["server"], env)
+        assert started.returncode == 0, started.stderr
+        assert "starting a warm worker" in started.stdout
+        try:
+            yield env, _wait_for_record(tmp_path / "home"), server, script
+        finally:
+            stopped = durable_agent(["server", "--stop"], env)
+            assert stopped.returncode == 0, stopped.stderr
+
+
+def _run(ws: Path) -> list[str]:
+    return [sys.executable, "-m", "durable_agent", "run", "go", "--workspace", str(ws),
+            "--output-format", "json"]  # fmt: skip
+
+
+def test_a_run_from_the_same_shell_is_served_by_the_warm_worker(warm_home, tmp_path):
+    env, record, server, script = warm_home
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("alpha\n")
+    script.turns += [tool_turn([("r1", "Read", {"file_path": "notes.txt"})]), text_turn("done")]
+    served = durable_agent(_run(ws)[3:], env)
+    assert served.returncode == 0, served.stderr
+    assert f"served by the warm worker (pid {record.pid})" in served.stderr
+    result = json.loads(served.stdout.strip().splitlines()[-1])
+    assert result["terminal"] == "completed" and result["turn_count"] == 2
+    assert server.violations == [] and len(server.requests) == 2
+    assert "alpha" in json.dumps(server.requests[1]["messages"][-1])
+
+    # Another environment (one variable more, which a tool would see): a worker of its own.
+    other = durable_agent(_run(ws)[3:], {**env, "FOO": "1"})
+    assert other.returncode == 0, other.stderr
+    assert "served by the warm worker" not in other.stderr
+
+    stopped = durable_agent(["server", "--stop"], env)
+    assert stopped.returncode == 0
+    deadline = time.monotonic() + 10
+    while warm.is_warm_worker(record.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not warm.is_warm_worker(record.pid)
+
+
+def test_a_run_takes_its_session_over_when_the_warm_worker_dies(warm_home, tmp_path):
+    """SIGKILL the warm worker while the run's Bash runs: the CLI starts a worker on the
+    session's queue, the tool is not run a second time, and the prompt completes."""
+    env, record, server, script = warm_home
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    command = "echo began >> began; sleep 4; echo ran >> marker"
+    script.turns += [tool_turn([("b1", "Bash", {"command": command})]), text_turn("done")]
+    proc = subprocess.Popen(_run(ws), env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (ws / "began").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        os.kill(record.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "served by the warm worker" in err and "this process serves the session" in err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["terminal"] == "completed"
+    assert (ws / "began").read_text() == "began\n"  # started once, never again
+    assert not (ws / "marker").exists() or (ws / "marker").read_text() == "ran\n"
