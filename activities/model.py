@@ -53,6 +53,7 @@ from durable_agent.engine.errors import (
     classify,
 )
 from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, Usage
+from durable_agent.engine.permissions import Behavior, PermissionMode, check
 from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, ModelCallConfig
 from durable_agent.engine.tools import TOOL_SPECS
@@ -91,9 +92,18 @@ def system_prompt(config: ModelCallConfig, workspace: str) -> str:
         f"Workspace (working directory of every tool): {workspace}\n"
         f"Platform: {platform.system().lower()}",
     ]
+    if config.permissions is not None and config.permissions.mode == PermissionMode.PLAN:
+        parts.append(PLAN_MODE_PROMPT)
     if config.system_prompt:
         parts.append(config.system_prompt)
     return "\n\n".join(parts)
+
+
+PLAN_MODE_PROMPT = (
+    "Plan mode is active: you may read and search (Read, Grep, Glob) but must not change "
+    "anything; tools that edit files or run commands will be refused. Study the code, then "
+    "answer with a concrete, step-by-step plan for the user to approve."
+)
 
 
 class StreamIncomplete(Exception):
@@ -441,17 +451,20 @@ class ModelActivities:
                 cache_read_input_tokens=final.usage.cache_read_input_tokens or 0,
             ),
             text=message.text()[:TEXT_PREVIEW_CHARS],
-            tool_calls=[_tool_call(b.id, b.name, b.input) for b in message.tool_uses()],
+            tool_calls=[_tool_call(b.id, b.name, b.input, req) for b in message.tool_uses()],
             model=final.model or req.request.model,
             attempt=info.attempt,
             tool_results=tool_results,
         )
 
     def _in_step(self, req: CallModelInput, block: ToolUseBlock) -> bool:
+        """A read this step runs itself: only when the permission rules allow it (a denied
+        read goes back to the workflow, which answers it with the denial)."""
         return (
             req.run_read_only_tools
             and block.name in IN_STEP_TOOLS
             and block.name in req.config.tools
+            and _permission(req, block.name, block.input) in (None, Behavior.ALLOW)
         )
 
     def _start_in_step(
@@ -492,7 +505,7 @@ class ModelActivities:
         ready = ToolReady(
             call_id=req.assistant_uuid,
             attempt=info.attempt,
-            call=_tool_call(block.id, block.name, block.input),
+            call=_tool_call(block.id, block.name, block.input, req),
         )
         handle = self.temporal.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
         await handle.signal(Signals.TOOL_USE_READY, ready)
@@ -594,16 +607,31 @@ def _withheld(req: CallModelInput, decision: ErrorDecision) -> CallModelOutput:
     )
 
 
-def _tool_call(tool_id: str, name: str, raw: dict[str, Any]) -> ToolCall:
+def _permission(req: CallModelInput, name: str, raw: dict[str, Any]) -> Behavior | None:
+    ctx = req.config.permissions
+    return None if ctx is None else check(name, raw, ctx).behavior
+
+
+def _tool_call(tool_id: str, name: str, raw: dict[str, Any], req: CallModelInput) -> ToolCall:
+    """The call as the workflow sees it: how it may run and, with permissions configured, what
+    the rules and mode decided (the input travels along only when the call is not allowed)."""
+    ctx = req.config.permissions
+    decision = None if ctx is None else check(name, raw, ctx)
+    permission_input = None
+    if decision is not None and decision.behavior != Behavior.ALLOW:
+        permission_input = raw
     spec = TOOL_SPECS.get(name)
     if spec is None:
         return ToolCall(
-            id=tool_id, name=name, concurrency_safe=False, read_only=False, summary=name
-        )
+            id=tool_id, name=name, concurrency_safe=False, read_only=False, summary=name,
+            permission=decision, permission_input=permission_input,
+        )  # fmt: skip
     return ToolCall(
         id=tool_id,
         name=name,
         concurrency_safe=spec.is_concurrency_safe(raw),
         read_only=spec.is_read_only(raw),
         summary=spec.summary(raw),
+        permission=decision,
+        permission_input=permission_input,
     )

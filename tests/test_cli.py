@@ -22,6 +22,9 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         DURABLE_AGENT_HOME=str(tmp_path / "home"),
         DURABLE_AGENT_TASK_QUEUE=f"cli-{uuid.uuid4()}",
         DURABLE_AGENT_WARM_WORKER="0",  # no worker left behind (tests/test_warm_worker.py)
+        # This machine's own Claude Code settings must not decide what a test's tools may do.
+        DURABLE_AGENT_SETTINGS=str(tmp_path / "no-user-settings.json"),
+        DURABLE_AGENT_MANAGED_SETTINGS=str(tmp_path / "no-managed-settings.json"),
     )
     env.update(extra)
     return env
@@ -115,8 +118,12 @@ def test_run_against_a_compatible_server(dev_env, tmp_path):
     with ReplayServer(turns) as server:
         env["ANTHROPIC_BASE_URL"] = server.base_url
         proc = durable_agent(
-            ["run", "fix the typo", "--workspace", str(ws), "--output-format", "json"], env
-        )
+            [
+                "run", "fix the typo", "--workspace", str(ws), "--output-format", "json",
+                "--permission-mode", "acceptEdits", "--allowedTools", "Bash",
+            ],
+            env,
+        )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert server.violations == [] and len(server.requests) == 4
     result = json.loads(proc.stdout.strip().splitlines()[-1])

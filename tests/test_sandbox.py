@@ -134,7 +134,9 @@ def _connect(port: int) -> str:
         f"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=5); "
         "s.sendall(b'ping'); print(s.recv(100).decode())"
     )
-    return f'{sys.executable} -c "{code}"'
+    # The interpreter itself, not the venv's link to it: a checkout under /tmp (CI clones)
+    # is hidden by the sandbox's private /tmp; the stdlib is all this needs.
+    return f'{os.path.realpath(sys.executable)} -c "{code}"'
 
 
 @needs_bwrap

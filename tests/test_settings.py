@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from activities.settings import load_settings, settings_layers
-from durable_agent.engine.settings import SettingsError, SettingsLayer, merge, validate_layer
+from durable_agent.engine.permissions import PermissionMode
+from durable_agent.engine.settings import (
+    SettingsError,
+    SettingsLayer,
+    merge,
+    permission_context,
+    split_tool_list,
+    validate_layer,
+)
 
 
 @pytest.fixture
@@ -256,3 +264,70 @@ def test_merged_settings_round_trip_as_a_payload(files: dict[str, Path]) -> None
     assert again == merged
     assert again.settings.to_json() == merged.settings.to_json()
     assert again.settings.hooks["PreToolUse"][0].hooks[0].timeout == 5
+
+
+# --------------------------------------------------------------------------- permission context
+
+
+def _project(data: dict, root: str = "/w") -> SettingsLayer:
+    return SettingsLayer(
+        source="projectSettings", path=f"{root}/.claude/settings.json", root=root, data=data
+    )
+
+
+@pytest.mark.parametrize(
+    "values, rules",
+    [
+        (["Read,Edit"], ["Read", "Edit"]),
+        (["Bash(git log:*) Bash(git diff:*)"], ["Bash(git log:*)", "Bash(git diff:*)"]),
+        (["Bash(npm run test:*)", "Edit"], ["Bash(npm run test:*)", "Edit"]),
+        (["Bash(echo a,b)"], ["Bash(echo a,b)"]),  # a comma inside a pattern is the pattern's
+        ([" , "], []),
+        (None, []),
+    ],
+)
+def test_tool_lists_split_like_claude_codes_flags(values, rules):
+    assert split_tool_list(values) == rules
+
+
+def test_permission_context_takes_rules_from_settings_and_flags():
+    merged = merge([_project({"permissions": {"deny": ["Bash(rm:*)"], "allow": ["Read"]}})])
+    ctx = permission_context(merged, cwd="/w", home="/h", allowed=["Edit"], disallowed=["WebFetch"])
+    assert [(r.text, r.source, r.root) for r in ctx.rules.deny] == [
+        ("Bash(rm:*)", "projectSettings", "/w"),
+        ("WebFetch", "cliArg", "/w"),
+    ]
+    assert [r.text for r in ctx.rules.allow] == ["Read", "Edit"]
+    assert ctx.mode == PermissionMode.DEFAULT
+
+
+def test_the_flag_mode_beats_the_settings_default_mode():
+    merged = merge([_project({"permissions": {"defaultMode": "plan"}})])
+    assert permission_context(merged, cwd="/w", home="/h").mode == PermissionMode.PLAN
+    flagged = permission_context(merged, cwd="/w", home="/h", mode="acceptEdits")
+    assert flagged.mode == PermissionMode.ACCEPT_EDITS
+
+
+def test_a_bad_rule_or_mode_is_one_line_naming_where():
+    merged = merge([_project({"permissions": {"ask": ["bash(rm:*)"]}})])
+    with pytest.raises(
+        SettingsError, match=r"^/w/\.claude/settings\.json: permissions\.ask: .*'Bash'"
+    ):
+        permission_context(merged, cwd="/w", home="/h")
+    with pytest.raises(SettingsError, match="^--allowedTools: .*empty"):
+        permission_context(merge([]), cwd="/w", home="/h", allowed=["Bash()"])
+    bad_mode = merge([_project({"permissions": {"defaultMode": "yolo"}})])
+    with pytest.raises(SettingsError, match="permissions.defaultMode: unknown permission mode"):
+        permission_context(bad_mode, cwd="/w", home="/h")
+
+
+def test_bypass_can_be_disabled_by_settings():
+    merged = merge([_project({"permissions": {"disableBypassPermissionsMode": "disable"}})])
+    with pytest.raises(SettingsError, match="disabled"):
+        permission_context(merged, cwd="/w", home="/h", mode="bypassPermissions")
+
+
+def test_additional_directories_are_absolute_and_listed_once():
+    merged = merge([_project({"permissions": {"additionalDirectories": ["../lib", "~/notes"]}})])
+    ctx = permission_context(merged, cwd="/w/app", home="/h", add_dirs=["/w/lib", "/w/app"])
+    assert ctx.additional_directories == ["/w/lib", "/h/notes"]

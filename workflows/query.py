@@ -35,9 +35,12 @@ with workflow.unsafe.imports_passed_through():
         token_budget,
         tools_done,
     )
+    from durable_agent.engine.messages import ToolResultBlock
+    from durable_agent.engine.permissions import Behavior, headless
     from durable_agent.engine.state import (
         EagerTools,
         PendingUser,
+        PermissionDenial,
         Phase,
         ProgressEvent,
         ProgressKind,
@@ -71,6 +74,19 @@ STOP_HOOKS_PATCH = "stop-hooks-v1"
 READ_ONLY_TOOLS_IN_STEP_PATCH = "read-only-tools-in-step-v1"
 """Read, Grep and Glob run inside the model-call step: a turn that only reads costs one
 activity, not two and a signal. Histories from before ran them as run_tool activities."""
+
+
+async def _refused(call: ToolCall, reason: str) -> RunToolOutput:
+    """The answer to a tool call the permission rules or mode refused: it never runs."""
+    text = f"{reason}. The call did not run."
+    return RunToolOutput(
+        tool_use_id=call.id,
+        is_error=True,
+        preview=text,
+        content_chars=len(text),
+        inline=ToolResultBlock(tool_use_id=call.id, content=text, is_error=True),
+        denied=True,
+    )
 
 
 class _Interrupted(Exception):
@@ -282,12 +298,29 @@ class QueryWorkflow:
         await executor.remaining_results()
         self._executors = {}
         refs, chars = executor.results(answer.tool_calls)
+        denials = [
+            PermissionDenial(
+                tool_name=call.name,
+                tool_use_id=call.id,
+                tool_input=call.permission_input or {},
+                reason=call.permission.reason if call.permission else "",
+            )
+            for call in executor.denied(answer.tool_calls)
+        ]
+        if denials:
+            self._state = self._state.model_copy(
+                update={"permission_denials": (*self._state.permission_denials, *denials)}
+            )
         self._state = tools_done(self._state, refs, chars, self._cfg, str(workflow.uuid4()))
 
     def _executor(self, assistant_uuid: str) -> StreamingToolExecutor:
         cfg = self._cfg
 
         def run(call: ToolCall, run_id: str) -> Awaitable[RunToolOutput]:
+            if call.permission is not None:
+                decision = headless(call.permission)  # nobody can approve yet: ask = deny
+                if decision.behavior != Behavior.ALLOW:
+                    return _refused(call, decision.reason)
             workflow.set_current_details(f"running {call.summary}")
             req = RunToolInput(
                 session_id=self._inp.session_id,
@@ -438,4 +471,5 @@ class QueryWorkflow:
             fallback_used=state.model is not None,
             usage_by_model=state.usage_by_model,
             retries=dict(state.retries),
+            permission_denials=list(state.permission_denials),
         )

@@ -148,7 +148,8 @@ class StreamingToolExecutor:
             tool.status = ToolStatus.DISCARDED
             return
         tool.status = ToolStatus.COMPLETED
-        if tool.call.name == ToolName.BASH and _failed(tool):
+        denied = tool.output is not None and tool.output.denied
+        if tool.call.name == ToolName.BASH and _failed(tool) and not denied:
             self._abort_siblings(tool)
         self._yield_completed()
         self._process_queue()
@@ -222,6 +223,15 @@ class StreamingToolExecutor:
         for tool in self.tools:
             if tool.status == ToolStatus.EXECUTING and tool.task is not None:
                 tool.task.cancel()
+
+    def denied(self, final: list[ToolCall]) -> list[ToolCall]:
+        """The calls of the final message that the permission rules or mode refused."""
+        wanted = {c.id for c in final}
+        return [
+            t.call
+            for t in self.tools
+            if t.call.id in wanted and t.output is not None and t.output.denied
+        ]
 
     def results(self, final: list[ToolCall]) -> tuple[list[ToolResultRef], list[int]]:
         """Every tool_use of the final message answered exactly once, in order."""

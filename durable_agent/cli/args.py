@@ -10,6 +10,8 @@ from durable_agent import __version__
 from durable_agent.cli.console import FORMATS
 from durable_agent.cli.errors import CliError
 from durable_agent.engine.budget import parse_amount
+from durable_agent.engine.permissions import PermissionContext, PermissionMode
+from durable_agent.engine.settings import SettingsError, permission_context
 from durable_agent.engine.state import (
     DEFAULT_MODEL,
     TOOL_CONCURRENCY_ENV,
@@ -20,16 +22,15 @@ from durable_agent.engine.state import (
 )
 
 
-def workspace_dir(raw: str) -> Path:
+def workspace_dir(raw: str, flag: str = "--workspace") -> Path:
     path = Path(raw).expanduser()
+    what = "workspace" if flag == "--workspace" else flag
     if not path.exists():
         raise CliError(
-            f"workspace {raw} does not exist", "pass an existing directory with --workspace DIR"
+            f"{what} {raw} does not exist", f"pass an existing directory with {flag} DIR"
         )
     if not path.is_dir():
-        raise CliError(
-            f"workspace {raw} is not a directory", "pass a directory with --workspace DIR"
-        )
+        raise CliError(f"{what} {raw} is not a directory", f"pass a directory with {flag} DIR")
     return path.resolve()
 
 
@@ -46,7 +47,51 @@ def _tool_concurrency() -> int:
     return value
 
 
-def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
+def permissions_for(args: argparse.Namespace, workspace: Path) -> PermissionContext:
+    """The settings layers of the workspace (and --settings, --setting-sources) with the
+    permission flags: what every tool call of the session is checked against."""
+    from activities.settings import load_settings
+
+    try:
+        merged = load_settings(
+            workspace, getattr(args, "settings", None), getattr(args, "setting_sources", None)
+        )
+        mode = getattr(args, "permission_mode", None)
+        if getattr(args, "dangerously_skip_permissions", False):
+            mode = PermissionMode.BYPASS.value
+        return permission_context(
+            merged,
+            cwd=str(workspace),
+            home=str(Path.home()),
+            mode=mode,
+            allowed=getattr(args, "allowed_tools", None),
+            disallowed=getattr(args, "disallowed_tools", None),
+            add_dirs=[
+                str(workspace_dir(d, "--add-dir")) for d in getattr(args, "add_dir", None) or []
+            ],
+        )
+    except SettingsError as exc:
+        raise CliError(str(exc), SETTINGS_HINT) from None
+
+
+SETTINGS_HINT = "fix the file or flag named above (settings docs: permissions.allow/ask/deny)"
+
+
+def _tool_set(raw: str | None) -> tuple[str, ...]:
+    """`--tools "Read,Grep"` (commas or spaces); "default" = every tool; "" = none."""
+    every = ModelCallConfig().tools
+    if raw is None or raw.strip() == "default":
+        return every
+    names = [n for n in raw.replace(",", " ").split() if n]
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        raise CliError(f"--tools: unknown tool {unknown[0]!r}", f"the tools are {', '.join(every)}")
+    return tuple(n for n in every if n in names)
+
+
+def build_config(
+    args: argparse.Namespace, workspace: Path, permissions: PermissionContext | None = None
+) -> QueryConfig:
     return QueryConfig(
         model=args.model or os.environ.get("ANTHROPIC_MODEL") or DEFAULT_MODEL,
         max_turns=args.max_turns,
@@ -65,6 +110,8 @@ def build_config(args: argparse.Namespace, workspace: Path) -> QueryConfig:
             eager_tools=EagerTools.NONE
             if args.no_streaming_tools
             else EagerTools(args.eager_tools),
+            tools=_tool_set(getattr(args, "tools", None)),
+            permissions=permissions,
         ),
         activity=ActivityOptions(unattended_max_seconds=args.unattended_hours * 3600),
     )
@@ -224,6 +271,7 @@ def warm_env() -> str:
 
 def _query_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", default=".", help="directory the tools work in (default: .)")
+    _permission_options(p)
     p.add_argument("--model", help=f"model id (default: $ANTHROPIC_MODEL or {DEFAULT_MODEL})")
     p.add_argument("--max-turns", type=_positive, help="stop with max_turns after N model turns")
     p.add_argument(
@@ -293,4 +341,63 @@ def _query_options(p: argparse.ArgumentParser) -> None:
         "--task-budget",
         type=_positive,
         help="total token budget, sent as the API's task budget after compactions",
+    )
+
+
+def _permission_options(p: argparse.ArgumentParser) -> None:
+    """Claude Code's permission flags, same names and meaning. Nobody can approve a tool in a
+    headless run, so a call that would ask is denied, and the result lists it."""
+    g = p.add_argument_group(
+        "permissions",
+        "Bash, Edit and Write need permission; Read, Grep and Glob do not. Rules come from "
+        "~/.claude/settings.json, .claude/settings.json, .claude/settings.local.json and these "
+        "flags (deny beats ask beats allow). A call that would ask is denied in a headless run.",
+    )
+    g.add_argument(
+        "--permission-mode",
+        choices=[m.value for m in PermissionMode],
+        help="default (ask for Bash/Edit/Write), acceptEdits (edits inside the workspace are "
+        "allowed), plan (read-only), bypassPermissions (no checks), dontAsk (deny what would "
+        "ask); default: permissions.defaultMode in settings, else default",
+    )
+    g.add_argument(
+        "--dangerously-skip-permissions",
+        action="store_true",
+        help="the same as --permission-mode bypassPermissions",
+    )
+    for flag, alias, dest, what in (
+        ("--allowedTools", "--allowed-tools", "allowed_tools", "allow without asking"),
+        ("--disallowedTools", "--disallowed-tools", "disallowed_tools", "always deny"),
+    ):
+        g.add_argument(
+            flag,
+            alias,
+            dest=dest,
+            nargs="+",
+            action="extend",
+            metavar="RULE",
+            help=f"rules to {what}, e.g. Edit 'Bash(npm test:*)' 'Read(./secrets/**)' "
+            "(several per argument, separated by commas or spaces)",
+        )
+    g.add_argument(
+        "--tools",
+        metavar="LIST",
+        help="the tools Claude may use at all, e.g. 'Read,Grep,Glob' ('' = none, 'default' = all)",
+    )
+    g.add_argument(
+        "--add-dir",
+        nargs="+",
+        action="extend",
+        metavar="DIR",
+        help="more directories the tools may work in besides the workspace",
+    )
+    g.add_argument(
+        "--settings",
+        metavar="FILE_OR_JSON",
+        help="one more settings layer (a path, or JSON text), above the project's",
+    )
+    g.add_argument(
+        "--setting-sources",
+        metavar="LIST",
+        help="which settings files to read: a comma list of user, project, local (default: all)",
     )

@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from durable_agent import warm
+from durable_agent.cli.args import permissions_for
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console, result_details
 from durable_agent.cli.errors import CliError
@@ -38,7 +39,7 @@ from durable_agent.cli.sessions import (
 from durable_agent.cli.watching import run_prompt, watch_session
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
 from durable_agent.engine.contracts import SessionStatus
-from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryConfig, QueryResult
+from durable_agent.engine.state import MAX_PROMPT_CHARS, ModelCallConfig, QueryConfig, QueryResult
 from durable_agent.names import Queries, Signals, Workflows
 from durable_agent.paths import state_home
 
@@ -116,7 +117,15 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         def factory(_opts: ClientOptions) -> anthropic.AsyncAnthropic:
             return anthropic.AsyncAnthropic(api_key="demo", base_url=server.base_url, max_retries=0)
 
-        config = QueryConfig(workspace=str(workspace), max_turns=20)
+        # The demo workspace's own .claude/settings.json allows what the fix needs (the tests,
+        # an edit of stats.py); a user's personal settings do not change the recorded demo.
+        only_project = argparse.Namespace(setting_sources="project")
+        permissions = permissions_for(only_project, workspace)
+        config = QueryConfig(
+            workspace=str(workspace),
+            max_turns=20,
+            call=ModelCallConfig(permissions=permissions),
+        )
         async with build_worker(client, task_queue, client_factory=factory):
             code = await run_prompt(client, console, DEMO_PROMPT, config, task_queue)
         if server.violations:

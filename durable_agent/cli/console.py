@@ -75,7 +75,12 @@ class Console:
         if result.terminal != Terminal.COMPLETED:
             line = f"stopped: {line}" + (f" — {result.message}" if result.message else "")
         print(line, file=self.err, flush=True)
-        if result.transitions or result.retries or result.fallback_used:
+        if (
+            result.transitions
+            or result.retries
+            or result.fallback_used
+            or result.permission_denials
+        ):
             for detail in result_details(result):
                 print(f"  {detail}", file=self.err, flush=True)
 
@@ -91,6 +96,13 @@ def result_details(result: QueryResult) -> list[str]:
         )
     if result.fallback_used:
         lines.append(f"fallback model used: {result.model}")
+    for denial in result.permission_denials:
+        lines.append(f"denied {denial.tool_name} ({denial.tool_use_id}): {denial.reason}")
+    if result.permission_denials:
+        lines.append(
+            "to allow a tool: --allowedTools 'Bash(npm test:*)' Edit, --permission-mode "
+            "acceptEdits, or permissions.allow in .claude/settings.json"
+        )
     return lines
 
 

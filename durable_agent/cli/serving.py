@@ -17,7 +17,7 @@ from typing import Any
 from temporalio.client import Client
 
 from durable_agent import warm
-from durable_agent.cli.args import build_config, workspace_dir
+from durable_agent.cli.args import build_config, permissions_for, workspace_dir
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
@@ -95,7 +95,8 @@ async def prepared(
     """Config from the options, a Temporal client, and (unless --no-worker) a worker in this
     process on `task_queue` for the duration (None: the client only, for the caller to find
     the queue)."""
-    config = build_config(args, workspace_dir(args.workspace))
+    workspace = workspace_dir(args.workspace)
+    config = build_config(args, workspace, permissions_for(args, workspace))
     if not args.no_worker:
         require_api_key()
     client = await connect(console)

@@ -14,9 +14,17 @@ Unknown keys are kept (they reach `status`), only the keys this project reads ar
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from durable_agent.engine.permissions import (
+    PermissionContext,
+    PermissionMode,
+    PermissionRules,
+    parse_rule,
+)
 
 Source = Literal["managed", "cliArg", "localSettings", "projectSettings", "userSettings"]
 PRECEDENCE: tuple[Source, ...] = (
@@ -247,3 +255,101 @@ def merge(layers: list[SettingsLayer]) -> MergedSettings:
         layers=[LayerSummary(source=x.source, path=x.path, root=x.root) for x in order],
         rules_with_source=rules,
     )
+
+
+# --------------------------------------------------------------------------- permissions
+
+
+def split_tool_list(values: list[str] | None) -> list[str]:
+    """`--allowedTools "Bash(git log:*)" Read,Edit`: each argument may hold several rules,
+    separated by commas or spaces outside parentheses (a Bash pattern keeps its spaces)."""
+    rules: list[str] = []
+    for value in values or []:
+        depth, word = 0, ""
+        for ch in value:
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth = max(0, depth - 1)
+            if depth == 0 and ch in ", \t\n":
+                if word.strip():
+                    rules.append(word.strip())
+                word = ""
+                continue
+            word += ch
+        if word.strip():
+            rules.append(word.strip())
+    return rules
+
+
+def permission_context(
+    merged: MergedSettings,
+    *,
+    cwd: str,
+    home: str,
+    mode: str | None = None,
+    allowed: list[str] | None = None,
+    disallowed: list[str] | None = None,
+    add_dirs: list[str] | None = None,
+    sandboxed: bool = False,
+) -> PermissionContext:
+    """The permission context of a prompt: the settings' rules (each naming its file) and the
+    command line's `--allowedTools`/`--disallowedTools` (source cliArg, relative to cwd), the
+    mode (`--permission-mode`, else `permissions.defaultMode`, else default) and the working
+    directories (cwd, `additionalDirectories`, `--add-dir`).
+
+    Raises SettingsError (one line, naming the file or flag) for a rule that does not parse, an
+    unknown mode, or bypassPermissions when a settings layer disables it."""
+    rules = PermissionRules()
+    for src in merged.rules_with_source:
+        try:
+            rule = parse_rule(src.rule, source=src.source, root=src.root)
+        except ValueError as exc:
+            raise SettingsError(
+                f"{src.path or '--settings'}: permissions.{src.behavior}: {exc}"
+            ) from None
+        getattr(rules, src.behavior).append(rule)
+    for flag, behavior, values in (
+        ("--disallowedTools", "deny", disallowed),
+        ("--allowedTools", "allow", allowed),
+    ):
+        for text in split_tool_list(values):
+            try:
+                rule = parse_rule(text, source="cliArg", root=cwd)
+            except ValueError as exc:
+                raise SettingsError(f"{flag}: {exc}") from None
+            getattr(rules, behavior).append(rule)
+    perms = merged.settings.permissions
+    chosen = mode or perms.default_mode or PermissionMode.DEFAULT.value
+    try:
+        resolved = PermissionMode(chosen)
+    except ValueError:
+        where = "--permission-mode" if mode else "permissions.defaultMode"
+        names = ", ".join(m.value for m in PermissionMode)
+        raise SettingsError(
+            f"{where}: unknown permission mode {chosen!r} (one of {names})"
+        ) from None
+    if resolved == PermissionMode.BYPASS and perms.disable_bypass == "disable":
+        raise SettingsError(
+            "bypassPermissions mode is disabled by permissions.disableBypassPermissionsMode"
+        )
+    dirs: list[str] = []
+    for raw in [*perms.additional_directories, *(add_dirs or [])]:
+        path = _absolute(raw, cwd, home)
+        if path not in dirs and path != cwd:
+            dirs.append(path)
+    return PermissionContext(
+        mode=resolved,
+        rules=rules,
+        cwd=cwd,
+        additional_directories=dirs,
+        home=home,
+        sandboxed=sandboxed,
+        auto_allow_bash_if_sandboxed=merged.settings.sandbox.auto_allow_bash_if_sandboxed,
+    )
+
+
+def _absolute(raw: str, cwd: str, home: str) -> str:
+    if raw == "~" or raw.startswith("~/"):
+        raw = home + raw[1:]
+    return posixpath.normpath(raw if raw.startswith("/") else posixpath.join(cwd, raw))

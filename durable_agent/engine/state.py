@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from durable_agent.engine.budget import BudgetTracker
 from durable_agent.engine.errors import ErrorKind
 from durable_agent.engine.messages import ToolResultBlock, Usage
+from durable_agent.engine.permissions import Decision, PermissionContext
 from durable_agent.engine.tools import ToolName
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -104,6 +105,10 @@ class ModelCallConfig(BaseModel):
     streaming tool execution (`none` is the old `streaming_tool_execution: false`)."""
     compact_max_tokens: int = Field(default=16_000, ge=1_000)
     """Output cap of a summary (it must fit the 20k summary reserve)."""
+    permissions: PermissionContext | None = None
+    """Rules, mode and working directories every tool call is checked against (the call
+    step decides, since only it sees the inputs); None: no checks (the engine's own tests and
+    histories recorded before permissions existed)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -235,6 +240,19 @@ class ToolCall(BaseModel):
     concurrency_safe: bool
     read_only: bool
     summary: str
+    permission: Decision | None = None
+    """What the permission rules and mode decided (None: not checked)."""
+    permission_input: dict[str, Any] | None = None
+    """The tool's input, kept only when it is not allowed (for `permission_denials`)."""
+
+
+class PermissionDenial(BaseModel):
+    """A tool call the permission rules or mode refused (Claude Code's `permission_denials`)."""
+
+    tool_name: str
+    tool_use_id: str
+    tool_input: dict[str, Any] = Field(default_factory=dict)
+    reason: str = ""
 
 
 class RunToolOutput(BaseModel):
@@ -247,6 +265,8 @@ class RunToolOutput(BaseModel):
     """The whole result, when the store could not keep it (the tool ran; it must not be lost)."""
     run_id: str = ""
     """Of a tool the model-call step ran itself: the execution its stored result belongs to."""
+    denied: bool = False
+    """Refused by the permission rules or mode: it never ran (and aborts no sibling)."""
 
 
 class Phase(StrEnum):
@@ -336,6 +356,7 @@ class State(BaseModel):
     warned_context: bool = False
     stop_hook_active: bool = False
     budget_tracker: BudgetTracker = BudgetTracker()
+    permission_denials: tuple[PermissionDenial, ...] = ()
     phase: Phase = Phase.TURN
     answer: Answer | None = None
     withheld: WithheldError | None = None
@@ -413,3 +434,4 @@ class QueryResult(BaseModel):
     retries: dict[str, int] = Field(default_factory=dict)
     compactions: int = 0
     context_tokens: int = 0
+    permission_denials: list[PermissionDenial] = Field(default_factory=list)

@@ -1,0 +1,164 @@
+"""Permission rules end to end: `durable-agent run` as a user runs it (a subprocess, the real
+anthropic client against the replay server, a real Temporal dev server), with the workspace's
+`.claude/settings.json` and the command line's flags deciding which tool calls run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from tests.test_cli import cli_env, durable_agent
+
+SECRET = "hunter2-do-not-read"
+
+
+def workspace(tmp_path: Path, settings: dict[str, Any] | None) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "secrets").mkdir(parents=True)
+    (ws / "secrets" / "key.txt").write_text(SECRET + "\n")
+    (ws / "notes.txt").write_text("keep me\n")
+    (ws / "greet.py").write_text("print('helo')\n")
+    if settings is not None:
+        (ws / ".claude").mkdir()
+        (ws / ".claude" / "settings.json").write_text(json.dumps(settings))
+    return ws
+
+
+def run(
+    dev_env: Any, tmp_path: Path, ws: Path, turns: list[Any], *flags: str
+) -> tuple[dict[str, Any], ReplayServer, str]:
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    with ReplayServer(turns) as server:
+        env["ANTHROPIC_BASE_URL"] = server.base_url
+        proc = durable_agent(
+            ["run", "go", "--workspace", str(ws), "--output-format", "json", *flags], env
+        )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert server.violations == [], server.violations
+    return json.loads(proc.stdout.strip().splitlines()[-1]), server, proc.stderr
+
+
+def results_sent(server: ReplayServer, index: int) -> dict[str, dict[str, Any]]:
+    """The tool_result blocks of request `index`, by tool_use_id."""
+    content = server.requests[index]["messages"][-1]["content"]
+    return {b["tool_use_id"]: b for b in content if b.get("type") == "tool_result"}
+
+
+def text_of(block: dict[str, Any]) -> str:
+    content = block["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content)
+
+
+def test_deny_rules_in_project_settings_hold_and_the_model_is_told(dev_env, tmp_path):
+    ws = workspace(tmp_path, {"permissions": {"deny": ["Read(./secrets/**)", "Bash(rm:*)"]}})
+    turns = [
+        tool_turn(
+            [
+                ("r1", "Read", {"file_path": "secrets/key.txt"}),
+                ("g1", "Grep", {"pattern": "hunter2", "path": "secrets"}),
+                ("r2", "Read", {"file_path": "notes.txt"}),
+            ]
+        ),
+        tool_turn(
+            [
+                ("b1", "Bash", {"command": "rm notes.txt"}),
+                ("b2", "Bash", {"command": "echo ok && rm -f notes.txt"}),
+                ("b3", "Bash", {"command": "ls"}),
+            ]
+        ),
+        text_turn("Done."),
+    ]
+    result, server, _ = run(dev_env, tmp_path, ws, turns, "--allowedTools", "Bash(ls:*)")
+    assert result["terminal"] == "completed"
+    reads = results_sent(server, 1)
+    assert reads["r1"]["is_error"] and "Read(./secrets/**)" in text_of(reads["r1"])
+    assert reads["g1"]["is_error"] and "Read(./secrets/**)" in text_of(reads["g1"])
+    assert "keep me" in text_of(reads["r2"]) and not reads["r2"].get("is_error")
+    bashes = results_sent(server, 2)
+    for tool_id in ("b1", "b2"):
+        assert bashes[tool_id]["is_error"] and "Bash(rm:*)" in text_of(bashes[tool_id])
+    assert "notes.txt" in text_of(bashes["b3"])  # the allowed sibling ran anyway
+    assert (ws / "notes.txt").read_text() == "keep me\n"
+    assert SECRET not in json.dumps(server.requests)
+    denied = {d["tool_use_id"]: d for d in result["permission_denials"]}
+    assert sorted(denied) == ["b1", "b2", "g1", "r1"]
+    assert denied["b1"]["tool_name"] == "Bash" and denied["b1"]["tool_input"] == {
+        "command": "rm notes.txt"
+    }
+    assert denied["r1"]["tool_input"] == {"file_path": "secrets/key.txt"}
+
+
+def test_headless_default_mode_denies_what_would_ask_and_flags_allow_it(dev_env, tmp_path):
+    ws = workspace(tmp_path, None)
+    edit = {"file_path": "greet.py", "old_string": "helo", "new_string": "hello"}
+    turns = [
+        tool_turn([("e1", "Edit", edit), ("b1", "Bash", {"command": "python3 greet.py"})]),
+        text_turn("Could not."),
+    ]
+    result, server, stderr = run(dev_env, tmp_path, ws, turns)
+    assert result["terminal"] == "completed"
+    sent = results_sent(server, 1)
+    assert sent["e1"]["is_error"] and "no one can approve" in text_of(sent["e1"])
+    assert sent["b1"]["is_error"]
+    assert (ws / "greet.py").read_text() == "print('helo')\n"
+    assert [d["tool_use_id"] for d in result["permission_denials"]] == ["e1", "b1"]
+
+    # The same calls with the flags the README shows for a real run.
+    ok = [
+        tool_turn([("e1", "Edit", edit), ("b1", "Bash", {"command": "python3 greet.py"})]),
+        text_turn("Fixed."),
+    ]
+    result, server, _ = run(
+        dev_env,
+        tmp_path,
+        ws,
+        ok,
+        "--permission-mode",
+        "acceptEdits",
+        "--allowedTools",
+        "Bash(python3:*)",
+    )
+    sent = results_sent(server, 1)
+    assert not sent["e1"].get("is_error") and text_of(sent["b1"]).strip() == "hello"
+    assert result["permission_denials"] == []
+
+
+def test_plan_mode_refuses_changes_and_tells_the_model(dev_env, tmp_path):
+    ws = workspace(tmp_path, {"permissions": {"allow": ["Bash", "Edit"]}})
+    turns = [
+        tool_turn(
+            [
+                ("r1", "Read", {"file_path": "greet.py"}),
+                ("w1", "Write", {"file_path": "new.py", "content": "x = 1\n"}),
+            ]
+        ),
+        text_turn("Here is the plan."),
+    ]
+    result, server, _ = run(dev_env, tmp_path, ws, turns, "--permission-mode", "plan")
+    assert "Plan mode is active" in json.dumps(server.requests[0]["system"])
+    sent = results_sent(server, 1)
+    assert "helo" in text_of(sent["r1"]) and sent["w1"]["is_error"]
+    assert not (ws / "new.py").exists()
+    assert [d["tool_use_id"] for d in result["permission_denials"]] == ["w1"]
+
+
+def test_a_bad_rule_is_one_line_naming_the_file(dev_env, tmp_path):
+    ws = workspace(tmp_path, {"permissions": {"deny": ["bash(rm:*)"]}})
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    proc = durable_agent(["run", "go", "--workspace", str(ws)], env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert str(ws / ".claude" / "settings.json") in proc.stderr and "'Bash'" in proc.stderr
+    proc = durable_agent(["run", "go", "--workspace", str(ws), "--settings", "{nope"], env)
+    assert proc.returncode == 2 and "--settings" in proc.stderr and "Traceback" not in proc.stderr
