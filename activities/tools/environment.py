@@ -2,7 +2,10 @@
 
 The model's credentials (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`), the Temporal connection
 (`TEMPORAL_*`) and durable-agent's own settings (`DURABLE_AGENT_*`) are for the worker, never for
-a command the model wrote or a hook a settings file names.
+a command the model wrote or a hook a settings file names. Neither sees them in its own
+environment, nor in the worker's: `/proc/$PPID/environ` shows the block the worker was started
+with, so before its first tool or hook runs the worker blanks their values there
+(`scrub_initial_environment`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,48 @@ def is_private(name: str) -> bool:
     return name in _SECRET_NAMES or name.startswith(_PRIVATE_PREFIXES)
 
 
+def scrub_initial_environment() -> int:
+    """Blank the private values in this process's initial environment block, which every
+    process of the same user can read at /proc/PID/environ; how many. They stay where this
+    process reads them: os.environ, and libc's environment (re-set first, on the heap, so a
+    concurrent getenv never sees a half-blanked value). Linux only; elsewhere, or when
+    /proc/self/mem cannot be written, nothing (0)."""
+    for name, value in os.environb.items():
+        if is_private(os.fsdecode(name)):
+            os.putenv(name, value)
+    try:
+        # env_start and env_end are fields 50 and 51; the name before them may hold spaces.
+        fields = Path("/proc/self/stat").read_bytes().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])
+        blanked = 0
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            offset = start
+            for entry in mem.read(end - start).split(b"\0"):
+                name, sep, value = entry.partition(b"=")
+                if sep and value and is_private(os.fsdecode(name)):
+                    mem.seek(offset + len(name) + 1)
+                    mem.write(b"\0" * len(value))
+                    blanked += 1
+                offset += len(entry) + 1
+    except (OSError, ValueError, IndexError):
+        return 0
+    return blanked
+
+
+_scrubbed = False
+
+
 def tool_environment(
     workspace: Path | None = None, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """`base` (default: this process's environment) without private names; `CLAUDE_PROJECT_DIR`
-    set to the workspace when one is given, as Claude Code does for hooks and tools."""
+    set to the workspace when one is given, as Claude Code does for hooks and tools. The first
+    call scrubs this process's initial environment block (every process is started with one)."""
+    global _scrubbed
+    if not _scrubbed:
+        scrub_initial_environment()
+        _scrubbed = True
     env = {k: v for k, v in (os.environ if base is None else base).items() if not is_private(k)}
     if workspace is not None:
         env["CLAUDE_PROJECT_DIR"] = str(workspace)

@@ -1,0 +1,187 @@
+"""Secrets stay with the worker (issue 10 item 7): after real runs through the CLI with a known
+API key or auth token, the credential is in no tool's or hook's environment (nor in the worker's
+/proc/PID/environ, which a tool can read), and nowhere in the histories, transcripts, logs, the
+dev server's database or the CLI's output."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from durable_agent import warm
+from durable_agent.devserver import DevServerInfo
+from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
+from tests.test_cli import cli_env, durable_agent
+
+SHOW_ENV = (
+    "env; echo ---; cat /proc/self/environ | tr '\\0' '\\n'; echo ---; "
+    "cat /proc/$PPID/environ | tr '\\0' '\\n'"
+)
+"""What the model asks Bash to run: its environment, two ways, and its parent's (the worker)."""
+
+HOOK_DUMP = "hook-env.txt"
+MARKER = "SECRETS_TEST_MARKER"
+"""A variable that is no secret: it must show where the secrets must not (the scan can see)."""
+
+
+def new_secret(kind: str) -> str:
+    return f"sk-ant-{kind}-{uuid.uuid4().hex}"
+
+
+def forms(secret: str) -> list[bytes]:
+    """The secret's bytes and the part of its base64 that is the same wherever it starts in a
+    base64-encoded payload (at each of the three alignments)."""
+    raw = secret.encode()
+    found = [raw]
+    for pad in range(3):
+        encoded = base64.b64encode(b"\0" * pad + raw)
+        skip = (pad * 4 + 2) // 3  # characters that also carry the padding's bits
+        tail = len(encoded) - (4 if (pad + len(raw)) % 3 else 0)
+        found.append(encoded[skip:tail])
+    return found
+
+
+def leaks(data: bytes, secret: str) -> bool:
+    return any(form in data for form in forms(secret))
+
+
+def test_the_scan_finds_a_secret_raw_and_in_base64():
+    secret = new_secret("probe")
+    for pad in range(3):
+        assert leaks(b"{" + base64.b64encode(b"x" * pad + secret.encode() + b"}") + b"}", secret)
+    assert leaks(secret.encode(), secret) and not leaks(new_secret("probe").encode(), secret)
+
+
+def script(body: dict[str, Any], index: int) -> Turn:
+    """First the Bash call that prints the environment, then done (stateless: any number of
+    sessions share one server)."""
+    last = body["messages"][-1]["content"]
+    answered = isinstance(last, list) and any(b.get("type") == "tool_result" for b in last)
+    return text_turn("done") if answered else tool_turn([("b1", "Bash", {"command": SHOW_ENV})])
+
+
+def workspace(root: Path) -> Path:
+    """A workspace whose Stop hook writes its environment (both ways) to a file."""
+    root.mkdir()
+    dump = f"env > {HOOK_DUMP}; cat /proc/self/environ | tr '\\0' '\\n' >> {HOOK_DUMP}"
+    hooks = {"Stop": [{"hooks": [{"type": "command", "command": dump}]}]}
+    (root / ".claude").mkdir()
+    (root / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks}))
+    return root
+
+
+def run(ws: Path, env: dict[str, str]) -> tuple[dict[str, Any], str]:
+    """One headless run; its JSON result and everything it printed."""
+    proc = durable_agent(
+        ["run", "show me your environment", "--workspace", str(ws), "--output-format", "json",
+         "--allowedTools", "Bash"],
+        env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["terminal"] == "completed", result
+    status = durable_agent(["status", result["session_id"]], env)
+    listed = durable_agent(["list"], env)
+    assert status.returncode == 0 and listed.returncode == 0, status.stderr + listed.stderr
+    return result, proc.stdout + proc.stderr + status.stdout + status.stderr + listed.stdout
+
+
+def tool_output(server: ReplayServer, session_index: int) -> str:
+    """What the Bash call printed, as the model was told it (the second request of a session)."""
+    request = server.requests[2 * session_index + 1]
+    (block,) = [b for b in request["messages"][-1]["content"] if b.get("type") == "tool_result"]
+    content = block["content"]
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+async def histories(home: Path) -> list[bytes]:
+    """The JSON history of every workflow on the state dir's dev server (sessions and their
+    query workflows alike)."""
+    info = DevServerInfo.model_validate_json((home / "devserver.json").read_text())
+    client = await Client.connect(info.address)
+    found = []
+    async for execution in client.list_workflows():
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        found.append((await handle.fetch_history()).to_json().encode())
+    return found
+
+
+def files_under(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def wait_for_warm_worker(home: Path, deadline: float = 60) -> warm.WarmRecord:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        for path in (home / "warm").glob("*.json"):
+            record = warm.WarmRecord.model_validate_json(path.read_text())
+            if warm.is_warm_worker(record.pid):
+                return record
+        time.sleep(0.1)
+    raise AssertionError("no warm worker came up")
+
+
+def sent(headers: dict[str, str]) -> str:
+    """The credential a request carried (the SDK sends a key as `x-api-key` or a bearer)."""
+    return headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+
+
+def assert_nowhere(secrets: list[str], places: dict[str, bytes]) -> None:
+    found = [(name, s) for name, data in places.items() for s in secrets if leaks(data, s)]
+    assert found == [], f"secrets found in: {[name for name, _ in found]}"
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A fresh state dir (`durable-agent server`: dev server + warm worker) whose API is a
+    replay server; stopped afterwards."""
+    with ReplayServer(script) as server:
+        base = cli_env(tmp_path, ANTHROPIC_BASE_URL=server.base_url, **{MARKER: "visible"})
+        base.pop("DURABLE_AGENT_TASK_QUEUE")  # the state dir's own queues, warm worker allowed
+        base.pop(warm.WARM_ENV)
+        try:
+            yield tmp_path / "home", base, server
+        finally:
+            stopped = durable_agent(["server", "--stop"], base)
+            assert stopped.returncode == 0, stopped.stderr
+
+
+async def test_api_key_and_auth_token_are_nowhere(served, tmp_path):
+    """The key through the warm worker (started with it), the token through the CLI's own
+    worker; each is sent to the API and never seen by Bash, a Stop hook or any record."""
+    home, base, server = served
+    key, token = new_secret("key"), new_secret("token")
+    keyed = {**base, "ANTHROPIC_API_KEY": key}
+    started = durable_agent(["server"], keyed)
+    assert started.returncode == 0, started.stderr
+    record = wait_for_warm_worker(home)
+
+    ws_key, ws_token = workspace(tmp_path / "ws-key"), workspace(tmp_path / "ws-token")
+    _, printed_key = run(ws_key, keyed)
+    assert f"served by the warm worker (pid {record.pid})" in printed_key
+    _, printed_token = run(ws_token, {**base, "ANTHROPIC_AUTH_TOKEN": token})
+    assert "served by the warm worker" not in printed_token
+
+    # The credentials did reach the API: the test would see them if they went astray.
+    assert [sent(h) for h in server.headers] == [key, key, token, token]
+    outputs = [tool_output(server, 0), tool_output(server, 1)]
+    dumps = [(ws / HOOK_DUMP).read_text() for ws in (ws_key, ws_token)]
+    for shown in outputs + dumps:
+        assert f"{MARKER}=visible" in shown and "CLAUDE_PROJECT_DIR=" in shown
+    stored = files_under(home)
+    assert home / "temporal.db" in stored and (home / "warm").is_dir()
+    assert any(b"show me your environment" in data for data in stored.values())
+    assert any(f"{MARKER}=visible".encode() in data for data in stored.values())
+    places = {str(path): data for path, data in stored.items()}
+    places |= {f"history {i}": h for i, h in enumerate(await histories(home))}
+    places |= {"tool outputs": "".join(outputs).encode(), "hook dumps": "".join(dumps).encode()}
+    places |= {"CLI output": (printed_key + printed_token).encode()}
+    places |= {str(p): d for ws in (ws_key, ws_token) for p, d in files_under(ws).items()}
+    assert_nowhere([key, token], places)
