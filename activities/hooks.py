@@ -1,14 +1,16 @@
 """User hooks in Claude Code's format: settings.json `hooks`, JSON on stdin, exit 2 = blocking.
 
-Settings are read from the user file (`$DURABLE_AGENT_SETTINGS`, default ~/.claude/settings.json)
-and the workspace's `.claude/settings.json` and `.claude/settings.local.json`.
+`run_hooks` (the activity) runs the handlers the workflow chose from its settings snapshot;
+`run_stop_hooks` and PreCompact still read the settings files here: the user file
+(`$DURABLE_AGENT_SETTINGS`, default ~/.claude/settings.json) and the workspace's
+`.claude/settings.json` and `.claude/settings.local.json`. What the handlers' exits and output
+mean is decided in `durable_agent.engine.hooks`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import json
 import os
 import re
@@ -17,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from temporalio import activity
 
 from activities.credentials import settings_path
@@ -30,27 +31,36 @@ from activities.tools.environment import (
 )
 from activities.transcript import off_loop, write_file_atomic
 from durable_agent.engine.contracts import StopHooksInput, StopHooksOutput
+from durable_agent.engine.hooks import (
+    DEFAULT_TIMEOUT_SECONDS,
+    HookCommandSpec,
+    HookEventInput,
+    HookEventResult,
+    HookRun,
+    aggregate,
+    dedupe,
+    hooks_for,
+)
 from durable_agent.names import Activities
 
-DEFAULT_TIMEOUT_SECONDS = 60
-OUTPUT_CHARS = 4_000
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "HookActivities",
+    "HookCommand",
+    "HookOutcome",
+    "load_hooks",
+    "run_commands",
+    "run_hooks",
+]
 
+HookCommand = HookCommandSpec
+HookOutcome = HookRun
+"""The names these had before they moved to the engine."""
 
-class HookCommand(BaseModel):
-    command: str
-    timeout: float = DEFAULT_TIMEOUT_SECONDS
-    source: str = ""
-
-
-class HookOutcome(BaseModel):
-    command: str
-    exit_code: int | None
-    stdout: str = ""
-    stderr: str = ""
-
-    @property
-    def blocking(self) -> bool:
-        return self.exit_code == 2
+STDOUT_BYTES = 1 << 20
+"""Stdout kept for parsing: whole JSON (an updatedInput with a file's content) up to 1 MiB."""
+STDERR_BYTES = 64 << 10
+"""What the engine shows of stderr is capped again (MAX_TEXT_CHARS)."""
 
 
 def settings_files(workspace: Path) -> list[Path]:
@@ -58,33 +68,17 @@ def settings_files(workspace: Path) -> list[Path]:
     return [settings_path(), local / "settings.json", local / "settings.local.json"]
 
 
-def _matches(matcher: str, target: str) -> bool:
-    if matcher in ("", "*"):
-        return True
-    if any(ch in matcher for ch in "|()[]^$+?\\"):
-        return re.fullmatch(matcher, target) is not None
-    return fnmatch.fnmatchcase(target, matcher)
-
-
-def load_hooks(event: str, target: str, workspace: Path) -> list[HookCommand]:
+def load_hooks(event: str, target: str, workspace: Path) -> list[HookCommandSpec]:
     """The command hooks configured for `event` whose matcher accepts `target`."""
-    found: list[HookCommand] = []
+    found: list[HookCommandSpec] = []
     for path in settings_files(workspace):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        groups = data.get("hooks", {}).get(event, []) if isinstance(data, dict) else []
-        for group in groups if isinstance(groups, list) else []:
-            if not isinstance(group, dict) or not _matches(str(group.get("matcher", "")), target):
-                continue
-            for hook in group.get("hooks", []):
-                if isinstance(hook, dict) and hook.get("type") == "command" and hook.get("command"):
-                    timeout = float(hook.get("timeout", DEFAULT_TIMEOUT_SECONDS))
-                    found.append(
-                        HookCommand(command=hook["command"], timeout=timeout, source=str(path))
-                    )
-    return found
+        hooks = data.get("hooks") if isinstance(data, dict) else None
+        found.extend(hooks_for(hooks, event, target, source=str(path)))
+    return dedupe(found)
 
 
 async def run_hooks(
@@ -93,33 +87,49 @@ async def run_hooks(
     payload: dict[str, Any],
     workspace: Path,
     ledger: Path | None = None,
-) -> list[HookOutcome]:
-    """Run each matching hook with the payload as JSON on stdin, in the workspace, heartbeating.
+) -> list[HookRun]:
+    """The hooks of `event` from the settings files, run by `run_commands` with the payload (and
+    `hook_event_name`, `cwd`) as JSON on stdin."""
+    hooks = await off_loop(load_hooks, event, target, workspace)
+    body = {"hook_event_name": event, "cwd": str(workspace), **payload}
+    session_id = str(payload.get("session_id", ""))
+    return await run_commands(hooks, event, body, workspace, ledger, session_id)
+
+
+async def run_commands(
+    commands: list[HookCommandSpec],
+    event: str,
+    body: dict[str, Any],
+    workspace: Path,
+    ledger: Path | None = None,
+    session_id: str = "",
+) -> list[HookRun]:
+    """Run the handlers in parallel, each with its own timeout, `body` as JSON on stdin, in the
+    workspace, heartbeating; their runs in the order given.
 
     With a `ledger` directory (inside an activity), each hook's start and outcome are recorded
     under the activity's id: a retried attempt reuses an outcome and never re-runs a hook that an
     earlier attempt started (it may have partly run); it ends what that attempt left running
     (hook processes carry a tag of their run in their environment, as tool processes do)."""
-    outcomes = []
-    body = json.dumps({"hook_event_name": event, "cwd": str(workspace), **payload}).encode()
+    data = json.dumps(body).encode()
     key = _ledger_key(event) if ledger is not None else None
-    async with heartbeating():
-        hooks = await off_loop(load_hooks, event, target, workspace)
-        for index, hook in enumerate(hooks):
-            record = ledger / f"{key}-{index}" if ledger is not None and key else None
-            outcome = None
-            if record is not None:
-                outcome = await off_loop(_recorded, record, hook, payload)
-            if outcome is None:
-                if record is not None:
-                    await off_loop(write_file_atomic, record.with_suffix(".started"), hook.command)
-                tag = _tag(record, payload) if record is not None else None
-                outcome = await _run_one(hook, body, workspace, tag)
-                if record is not None:
-                    done = outcome.model_dump_json()
-                    await off_loop(write_file_atomic, record.with_suffix(".json"), done)
-            outcomes.append(outcome)
-    return outcomes
+
+    async def one(index: int, hook: HookCommandSpec) -> HookRun:
+        record = ledger / f"{key}-{index}" if ledger is not None and key else None
+        if record is None:
+            return await _run_one(hook, data, workspace)
+        outcome = await off_loop(_recorded, record, hook, session_id)
+        if outcome is None:
+            await off_loop(write_file_atomic, record.with_suffix(".started"), hook.command)
+            outcome = await _run_one(hook, data, workspace, _tag(record, session_id))
+            await off_loop(
+                write_file_atomic, record.with_suffix(".json"), outcome.model_dump_json()
+            )
+        return outcome
+
+    async with heartbeating(), asyncio.TaskGroup() as group:
+        tasks = [group.create_task(one(i, hook)) for i, hook in enumerate(commands)]
+    return [task.result() for task in tasks]
 
 
 def _ledger_key(event: str) -> str | None:
@@ -129,55 +139,83 @@ def _ledger_key(event: str) -> str | None:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{info.workflow_run_id}-{info.activity_id}-{event}")
 
 
-def _tag(record: Path, payload: dict[str, Any]) -> str:
+def _tag(record: Path, session_id: str) -> str:
     """The run tag of one hook's run (`RUN_TAG_NAME` in its processes' environment): under the
     session's prefix, so the session-end sweep ends what a hook left running too."""
-    return f"{session_tag_prefix(str(payload.get('session_id', '')))}hook/{record.name}"
+    return f"{session_tag_prefix(session_id)}hook/{record.name}"
 
 
-def _recorded(record: Path, hook: HookCommand, payload: dict[str, Any]) -> HookOutcome | None:
+def _recorded(record: Path, hook: HookCommandSpec, session_id: str) -> HookRun | None:
     done = record.with_suffix(".json")
     if done.exists():
-        return HookOutcome.model_validate_json(done.read_text(encoding="utf-8"))
+        return HookRun.model_validate_json(done.read_text(encoding="utf-8"))
     if record.with_suffix(".started").exists():
         # An earlier attempt started it and recorded no outcome: its worker is gone (or lost
         # the activity), and the hook may still be running: end it, do not run it again.
-        kill_tagged(_tag(record, payload))
-        return HookOutcome(
+        kill_tagged(_tag(record, session_id))
+        return HookRun(
             command=hook.command,
             exit_code=None,
             stderr="interrupted (its worker stopped); not re-run, to avoid running it twice",
+            interrupted=True,
         )
     return None
 
 
 async def _run_one(
-    hook: HookCommand, body: bytes, workspace: Path, tag: str | None = None
-) -> HookOutcome:
+    hook: HookCommandSpec, body: bytes, workspace: Path, tag: str | None = None
+) -> HookRun:
     env = tool_environment(workspace)
     if tag is not None:
         env[RUN_TAG_NAME] = tag
-    proc = await asyncio.create_subprocess_exec(
-        "sh", "-c", hook.command, cwd=workspace, start_new_session=True,
-        env=env, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
     try:
-        out, err = await asyncio.wait_for(proc.communicate(body), hook.timeout)
-        code: int | None = proc.returncode
+        proc = await asyncio.create_subprocess_exec(
+            "sh", "-c", hook.command, cwd=workspace, start_new_session=True,
+            env=env, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    except OSError as exc:
+        return HookRun(command=hook.command, exit_code=None, stderr=f"could not start: {exc}")
+    assert proc.stdin and proc.stdout and proc.stderr
+    try:
+        async with asyncio.timeout(hook.timeout):
+            out, err, _ = await asyncio.gather(
+                _read_capped(proc.stdout, STDOUT_BYTES),
+                _read_capped(proc.stderr, STDERR_BYTES),
+                _feed(proc.stdin, body),
+            )
+            code = await proc.wait()
     except TimeoutError:
         _kill_group(proc.pid)
         await proc.wait()
-        out, err, code = b"", f"timed out after {hook.timeout:g}s".encode(), None
+        message = f"timed out after {hook.timeout:g}s"
+        return HookRun(command=hook.command, exit_code=None, stderr=message, timed_out=True)
     except BaseException:
         _kill_group(proc.pid)  # cancelled: the worker is stopping
         raise
-    return HookOutcome(
+    return HookRun(
         command=hook.command,
         exit_code=code,
-        stdout=out.decode(errors="replace")[:OUTPUT_CHARS],
-        stderr=err.decode(errors="replace")[:OUTPUT_CHARS],
+        stdout=out.decode(errors="replace"),
+        stderr=err.decode(errors="replace"),
     )
+
+
+async def _read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
+    """Everything up to `limit` bytes; the rest is read and dropped (a hook that prints without
+    end neither fills the worker's memory nor blocks on a full pipe)."""
+    kept = bytearray()
+    while chunk := await stream.read(64 << 10):
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
+    return bytes(kept)
+
+
+async def _feed(stdin: asyncio.StreamWriter, body: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it need not read stdin
+        stdin.write(body)
+        await stdin.drain()
+        stdin.close()
 
 
 def _kill_group(pid: int) -> None:
@@ -194,6 +232,24 @@ class HookActivities:
         self.transcript_path = transcript_path
         self.ledger = ledger
 
+    @activity.defn(name=Activities.RUN_HOOKS)
+    async def run_hooks(self, req: HookEventInput) -> HookEventResult:
+        """Every handler chosen for one event (`hooks_for` on the settings snapshot), in
+        parallel; stdin is the event's payload with Claude Code's common fields."""
+        body = {
+            "session_id": req.session_id,
+            "transcript_path": str(self.transcript_path(req.session_id)),
+            "cwd": req.workspace,
+            **req.payload,
+            "hook_event_name": req.event,
+        }
+        body["session_id"] = req.session_id
+        ledger = self.ledger(req.session_id) if self.ledger else None
+        runs = await run_commands(
+            dedupe(req.commands), req.event, body, Path(req.workspace), ledger, req.session_id
+        )
+        return aggregate(req.event, runs)
+
     @activity.defn(name=Activities.RUN_STOP_HOOKS)
     async def run_stop_hooks(self, req: StopHooksInput) -> StopHooksOutput:
         """Claude Code's Stop hooks: exit 2 or {"decision": "block"} feeds the reason back to
@@ -203,25 +259,12 @@ class HookActivities:
             "transcript_path": str(self.transcript_path(req.session_id)),
             "stop_hook_active": req.stop_hook_active,
         }
-        out = StopHooksOutput()
         ledger = self.ledger(req.session_id) if self.ledger else None
-        for outcome in await run_hooks("Stop", "", payload, Path(req.workspace), ledger):
-            decision = _json(outcome.stdout) if outcome.exit_code == 0 else {}
-            if decision.get("continue") is False:
-                out.prevent_continuation = True
-                out.stop_reason = str(decision.get("stopReason") or "")
-            elif outcome.blocking:
-                out.blocking_errors.append(outcome.stderr.strip() or "a Stop hook blocked stopping")
-            elif decision.get("decision") == "block":
-                out.blocking_errors.append(
-                    str(decision.get("reason") or "a Stop hook blocked stopping")
-                )
-        return out
-
-
-def _json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        result = aggregate(
+            "Stop", await run_hooks("Stop", "", payload, Path(req.workspace), ledger)
+        )
+        return StopHooksOutput(
+            blocking_errors=[result.reason] if result.blocked else [],
+            prevent_continuation=result.prevent_continuation,
+            stop_reason=result.stop_reason,
+        )

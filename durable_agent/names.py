@@ -23,6 +23,7 @@ class Activities:
     APPEND_ENTRY: Final = "append_entry"
     TRANSCRIPT_LOCATION: Final = "transcript_location"
     RUN_STOP_HOOKS: Final = "run_stop_hooks"
+    RUN_HOOKS: Final = "run_hooks"
     END_SESSION_PROCESSES: Final = "end_session_processes"
 
 

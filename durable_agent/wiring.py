@@ -57,6 +57,7 @@ def build_worker(
             stores.append_entry,
             stores.transcript_location,
             hooks.run_stop_hooks,
+            hooks.run_hooks,
         ],
         max_concurrent_activities=max_concurrent_activities,
         build_id=code_build_id(),

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         NON_RETRYABLE_ERROR_TYPES,
         UNATTENDED_MAX_DELAY_SECONDS,
     )
+    from durable_agent.engine.hooks import HookEventInput, HookEventResult
     from durable_agent.engine.state import ModelCallConfig, QueryConfig
     from durable_agent.names import Activities
 
@@ -165,4 +166,21 @@ def end_session_processes(req: EndProcessesInput) -> Awaitable[EndProcessesOutpu
         start_to_close_timeout=STORE_TIMEOUT,
         retry_policy=STORE_RETRY,
         summary="end the session's processes",
+    )
+
+
+def run_hooks(req: HookEventInput, summary: str) -> Awaitable[HookEventResult]:
+    """One event's hooks. Handlers run in parallel, so the activity may take as long as the
+    slowest handler's own timeout (HOOK_TIMEOUT at least)."""
+    longest = max((c.timeout for c in req.commands), default=0.0)
+    return workflow.execute_activity(
+        Activities.RUN_HOOKS,
+        req,
+        cancellation_type=_on_interrupt(),
+        result_type=HookEventResult,
+        start_to_close_timeout=max(HOOK_TIMEOUT, timedelta(seconds=longest + 60)),
+        heartbeat_timeout=timedelta(seconds=req.heartbeat_seconds),
+        # A retry never re-runs a hook that already started (the activity's hook ledger).
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
+        summary=summary,
     )
