@@ -476,7 +476,14 @@ class ModelActivities:
         if block.id not in in_step:
             run_id = f"step{activity.info().attempt}"
             in_step[block.id] = asyncio.create_task(
-                run_in_step(self.store, req.session_id, block, req.workspace, run_id)
+                run_in_step(
+                    self.store,
+                    req.session_id,
+                    block,
+                    req.workspace,
+                    run_id,
+                    req.config.permissions,
+                )
             )
 
     async def _finish_in_step(

@@ -62,8 +62,10 @@ async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest.fixture(autouse=True)
 def hermetic_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test reads the machine's ~/.claude/settings.json or a real API key."""
+    """No test reads the machine's ~/.claude/settings.json, its managed settings or a real
+    API key."""
     monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(tmp_path / "no-settings.json"))
+    monkeypatch.setenv("DURABLE_AGENT_MANAGED_SETTINGS", str(tmp_path / "no-managed.json"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)

@@ -339,6 +339,11 @@ def test_allow_rule_covers_only_what_it_names(command: str, expected: Behavior) 
         ("git diff > out.patch", ["Bash(git diff:*)", "Edit(./out.patch)"], ALLOW),
         ("git diff > /tmp/p", ["Bash(git diff:*)", "Edit(//tmp/**)"], ALLOW),
         ("git diff > secret.txt", ["Bash(git diff:*)", "Edit"], DENY),
+        # The whole Bash tool allowed (`--allowedTools Bash`): its redirections too, but a
+        # deny rule on the target still holds.
+        ("echo started >> marker", ["Bash"], ALLOW),
+        ("echo x > $F", ["Bash"], ASK),  # computed: the Edit deny rule might match it
+        ("echo x > secret.txt", ["Bash"], DENY),
     ],
 )
 def test_redirections_are_edits(command: str, allow: list[str], expected: Behavior) -> None:

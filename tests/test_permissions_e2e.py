@@ -162,3 +162,83 @@ def test_a_bad_rule_is_one_line_naming_the_file(dev_env, tmp_path):
     assert str(ws / ".claude" / "settings.json") in proc.stderr and "'Bash'" in proc.stderr
     proc = durable_agent(["run", "go", "--workspace", str(ws), "--settings", "{nope"], env)
     assert proc.returncode == 2 and "--settings" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_grep_and_glob_over_the_workspace_leave_out_what_a_read_deny_rule_covers(dev_env, tmp_path):
+    """A search of the whole workspace (allowed: its root is not denied) must not show the
+    denied file's lines or name; the rest of the results stay."""
+    ws = workspace(tmp_path, {"permissions": {"deny": ["Read(./secrets/**)"]}})
+    (ws / "notes.txt").write_text("hunter2 is the old password\n")
+    turns = [
+        tool_turn(
+            [
+                ("g1", "Grep", {"pattern": "hunter2", "output_mode": "content"}),
+                ("g2", "Grep", {"pattern": "hunter2", "output_mode": "files_with_matches"}),
+                ("l1", "Glob", {"pattern": "**/*.txt"}),
+            ]
+        ),
+        text_turn("Done."),
+    ]
+    result, server, _ = run(dev_env, tmp_path, ws, turns)
+    assert result["terminal"] == "completed", result
+    sent = results_sent(server, 1)
+    for tool_use_id in ("g1", "g2", "l1"):
+        shown = text_of(sent[tool_use_id])
+        assert "notes.txt" in shown, shown
+        assert "key.txt" not in shown and SECRET not in shown, shown
+
+
+SANDBOX_PROBES = [
+    ("etc", "touch /etc/durable-agent-probe && echo WROTE-ETC"),
+    ("home", "touch ~/durable-agent-probe && echo WROTE-HOME"),
+    ("net", "python3 -c \"import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2); print('NET-OPEN')\" PORT"),
+    ("here", "touch ./made-here && echo WROTE-HERE"),
+    ("cat", "cat secrets/key.txt; grep -r hunter2 . ; echo CAT-DONE"),
+]  # fmt: skip
+
+
+def test_sandboxed_bash_writes_only_the_workspace_has_no_network_and_cannot_read_denied_files(
+    dev_env, tmp_path
+):
+    """Settings `sandbox.enabled`: Bash needs no allow rule (autoAllowBashIfSandboxed), may
+    write in the workspace only, reaches no network (not even this machine's loopback), and
+    `cat`/`grep -r` of a file a Read deny rule names see nothing of it."""
+    settings = {
+        "permissions": {"deny": ["Read(./secrets/**)"]},
+        "sandbox": {"enabled": True},
+    }
+    ws = workspace(tmp_path, settings)
+    home_probe = Path.home() / "durable-agent-probe"
+    home_probe.unlink(missing_ok=True)
+    with ReplayServer([text_turn("unused")]) as listener:  # something to connect to
+        port = listener.base_url.rsplit(":", 1)[1].strip("/")
+        calls = [
+            (name, "Bash", {"command": cmd.replace("PORT", port)}) for name, cmd in SANDBOX_PROBES
+        ]
+        result, server, stderr = run(dev_env, tmp_path, ws, [tool_turn(calls), text_turn("ok")])
+    assert result["terminal"] == "completed", (result, stderr)
+    assert result["permission_denials"] == [], result["permission_denials"]
+    sent = {k: text_of(v) for k, v in results_sent(server, 1).items()}
+    assert "WROTE-ETC" not in sent["etc"] and not Path("/etc/durable-agent-probe").exists()
+    assert "WROTE-HOME" not in sent["home"] and not home_probe.exists(), sent["home"]
+    assert "NET-OPEN" not in sent["net"], sent["net"]
+    assert "WROTE-HERE" in sent["here"] and (ws / "made-here").exists(), sent["here"]
+    assert "CAT-DONE" in sent["cat"] and SECRET not in sent["cat"], sent["cat"]
+
+
+def test_without_the_sandbox_the_same_probes_show_the_test_can_see_a_leak(dev_env, tmp_path):
+    """The control: allowed but unsandboxed, `cat` prints the denied file and the loopback
+    connection opens, so the sandboxed test's checks are not vacuous."""
+    ws = workspace(tmp_path, {"permissions": {"deny": ["Read(./secrets/**)"]}})
+    with ReplayServer([text_turn("unused")]) as listener:
+        port = listener.base_url.rsplit(":", 1)[1].strip("/")
+        calls = [
+            (name, "Bash", {"command": cmd.replace("PORT", port)})
+            for name, cmd in SANDBOX_PROBES
+            if name in ("net", "cat")
+        ]
+        result, server, _ = run(
+            dev_env, tmp_path, ws, [tool_turn(calls), text_turn("ok")], "--allowedTools", "Bash"
+        )
+    sent = {k: text_of(v) for k, v in results_sent(server, 1).items()}
+    assert "NET-OPEN" in sent["net"] and SECRET in sent["cat"], sent

@@ -86,7 +86,14 @@ async def test_two_runs_each_have_their_own_queue_and_worker(
 
     def run(label: str) -> Any:
         args = parser().parse_args(
-            ["run", f"{label}: do it", "--workspace", str(workspaces[label])]
+            [
+                "run",
+                f"{label}: do it",
+                "--workspace",
+                str(workspaces[label]),
+                "--allowedTools",
+                "Bash",
+            ]
         )
         return asyncio.ensure_future(commands.cmd_run(args))
 

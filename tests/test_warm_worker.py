@@ -82,7 +82,7 @@ def warm_home(tmp_path):
 
 def _run(ws: Path) -> list[str]:
     return [sys.executable, "-m", "durable_agent", "run", "go", "--workspace", str(ws),
-            "--output-format", "json"]  # fmt: skip
+            "--output-format", "json", "--allowedTools", "Bash"]  # fmt: skip
 
 
 def test_a_run_from_the_same_shell_is_served_by_the_warm_worker(warm_home, tmp_path):

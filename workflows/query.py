@@ -329,6 +329,8 @@ class QueryWorkflow:
                 name=call.name,
                 workspace=cfg.workspace,
                 run_id=run_id,
+                permissions=cfg.call.permissions,
+                sandbox=cfg.sandbox,
             )
             return steps.run_tool(req, cfg, call.summary, call.read_only)
 

@@ -41,6 +41,7 @@ class SessionWorkflow:
         self._state = inp.initial_state()
         self._running: str | None = None
         self._transcript_path = ""
+        self._config = inp.config
 
     @workflow.update(name=Updates.SUBMIT_PROMPT)
     def submit_prompt(self, req: PromptRequest) -> PromptAccepted:
@@ -99,6 +100,9 @@ class SessionWorkflow:
             last_error=state.last_error,
             closed=state.closed,
             queued=len(state.queued),
+            permission_mode=perms.mode.value if (perms := self._config.call.permissions) else None,
+            sandboxed=self._config.sandbox is not None,
+            settings=self._config.settings,
         )
 
     @workflow.query(name=Queries.TRANSCRIPT_PATH)

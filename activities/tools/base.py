@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,13 +28,28 @@ class Workspace:
     root: Path
     read_roots: tuple[Path, ...] = ()
     """Extra folders Read may open (where whole oversized tool results are kept)."""
+    hidden: Callable[[str], bool] | None = None
+    """Paths no search may show (a `Read(...)` deny rule covers them), by absolute path."""
+    extra_roots: tuple[Path, ...] = ()
+    """More folders the tools may work in, as in the workspace (`--add-dir`)."""
 
     @classmethod
-    def open(cls, raw: str, read_roots: tuple[Path, ...] = ()) -> Workspace:
+    def open(
+        cls,
+        raw: str,
+        read_roots: tuple[Path, ...] = (),
+        hidden: Callable[[str], bool] | None = None,
+        extra_roots: tuple[str, ...] = (),
+    ) -> Workspace:
         root = Path(raw).expanduser().resolve()
         if not root.is_dir():
             raise ToolError(f"workspace {raw} is not a directory")
-        return cls(root, tuple(Path(os.path.realpath(r)) for r in read_roots))
+        real = tuple(Path(os.path.realpath(r)) for r in read_roots)
+        extra = tuple(Path(os.path.realpath(r)) for r in extra_roots)
+        return cls(root, real, hidden, extra)
+
+    def _inside(self, real: Path) -> bool:
+        return any(real == r or real.is_relative_to(r) for r in (self.root, *self.extra_roots))
 
     def resolve_readable(self, raw: str) -> Path:
         """Like `resolve`, but also inside the extra read-only roots."""
@@ -50,12 +66,13 @@ class Workspace:
         if not candidate.is_absolute():
             candidate = self.root / candidate
         resolved = Path(os.path.realpath(candidate))
-        if resolved != self.root and not resolved.is_relative_to(self.root):
+        if not self._inside(resolved):
             raise ToolError(f"path {raw} is outside the workspace {self.root}; access refused")
         return resolved
 
     def real_inside(self, path: Path | str) -> Path | None:
-        """`path` with every symlink followed, or None when that lands outside the workspace.
+        """`path` with every symlink followed, or None when that lands outside the workspace
+        or when the path (as given, or where it lands) is hidden.
 
         Never raises: a dangling link resolves to where it points, which callers then
         fail to open. Search tools use it on every entry they would read or list.
@@ -64,7 +81,13 @@ class Workspace:
             real = Path(os.path.realpath(path))
         except (OSError, ValueError):
             return None
-        return real if real == self.root or real.is_relative_to(self.root) else None
+        if not self._inside(real):
+            return None
+        if self.hidden is not None and (
+            self.hidden(os.path.abspath(path)) or self.hidden(str(real))
+        ):
+            return None
+        return real
 
     def display(self, path: Path) -> str:
         try:

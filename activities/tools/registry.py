@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator
@@ -22,6 +23,7 @@ from activities.tools.environment import RUN_TAG, kill_tagged, session_tag_prefi
 from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
 from activities.tools.read import run_read
+from activities.tools.sandbox import SandboxUnavailable, policy_for
 from activities.tools.write import run_write
 from activities.transcript import StoreError, TranscriptError, TranscriptStore, off_loop
 from durable_agent import telemetry
@@ -33,7 +35,8 @@ from durable_agent.engine.contracts import (
     RunToolOutput,
 )
 from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
-from durable_agent.engine.tools import TOOL_SPECS, ToolName
+from durable_agent.engine.permissions import PermissionContext, SandboxSpec, read_denied
+from durable_agent.engine.tools import TOOL_SPECS, BashInput, ToolName
 from durable_agent.names import Activities
 
 ToolImpl = Callable[[Any, Workspace], Awaitable[ToolOutput]]
@@ -57,9 +60,16 @@ def _validation_message(name: str, exc: ValidationError) -> str:
 
 
 async def execute_tool(
-    name: str, raw_input: dict[str, Any], workspace: str, read_roots: tuple[Path, ...] = ()
+    name: str,
+    raw_input: dict[str, Any],
+    workspace: str,
+    read_roots: tuple[Path, ...] = (),
+    permissions: PermissionContext | None = None,
+    sandbox: SandboxSpec | None = None,
 ) -> ToolOutput:
-    """Run one tool; every failure becomes an error output, never an exception."""
+    """Run one tool; every failure becomes an error output, never an exception. With
+    `permissions`, what its Read deny rules cover is left out of search results; with
+    `sandbox`, Bash runs under bubblewrap."""
     spec = TOOL_SPECS.get(name)
     impl = TOOL_IMPLS.get(name)
     if spec is None or impl is None:
@@ -68,14 +78,26 @@ async def execute_tool(
         args = spec.parse(raw_input)
     except ValidationError as exc:
         return ToolOutput(_validation_message(name, exc), is_error=True)
+    hidden = None if permissions is None else functools.partial(_hidden, ctx=permissions)
     try:
-        return await impl(args, await off_loop(Workspace.open, workspace, read_roots))
+        extra = tuple(permissions.additional_directories) if permissions else ()
+        ws = await off_loop(Workspace.open, workspace, read_roots, hidden, extra)
+        if isinstance(args, BashInput) and sandbox is not None:
+            policy = await off_loop(policy_for, sandbox, permissions, str(ws.root))
+            return await run_bash(args, ws, policy)
+        return await impl(args, ws)
     except ToolError as exc:
         return ToolOutput(str(exc), is_error=True)
+    except SandboxUnavailable as exc:
+        return ToolOutput(f"The command did not run: {exc}", is_error=True)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a tool bug must not fail the workflow
         return ToolOutput(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
+
+
+def _hidden(path: str, ctx: PermissionContext) -> bool:
+    return read_denied(path, ctx)
 
 
 def preview(name: str, text: str) -> str:
@@ -115,14 +137,19 @@ file: one fsync and rename less a turn; a longer one is stored and only its prev
 
 
 async def run_in_step(
-    store: TranscriptStore, session_id: str, block: ToolUseBlock, workspace: str, run_id: str
+    store: TranscriptStore,
+    session_id: str,
+    block: ToolUseBlock,
+    workspace: str,
+    run_id: str,
+    permissions: PermissionContext | None = None,
 ) -> RunToolOutput:
     """Run a read-only tool inside the step that needs it and store its result, as run_tool
     would, unless it is short (kept inline then, and when the store cannot hold it: the model
     must see it)."""
     overflow = (store.overflow_dir(session_id),)
     with tool_span(block) as span:
-        output = await execute_tool(block.name, block.input, workspace, overflow)
+        output = await execute_tool(block.name, block.input, workspace, overflow, permissions)
         span.set_attribute("durable_agent.tool.is_error", output.is_error)
     result = ToolResultBlock(tool_use_id=block.id, content=output.content, is_error=output.is_error)
     if len(result.text()) <= IN_STEP_INLINE_CHARS:
@@ -143,7 +170,9 @@ class ToolActivities:
     async def _execute(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
         async with heartbeating():
             overflow = (self.store.overflow_dir(req.session_id),)
-            return await execute_tool(block.name, block.input, req.workspace, overflow)
+            return await execute_tool(
+                block.name, block.input, req.workspace, overflow, req.permissions, req.sandbox
+            )
 
     @activity.defn(name=Activities.RUN_TOOL)
     async def run_tool(self, req: RunToolInput) -> RunToolOutput:

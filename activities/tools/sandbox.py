@@ -36,6 +36,13 @@ import threading
 
 from pydantic import BaseModel, field_validator
 
+from durable_agent.engine.permissions import (
+    PermissionContext,
+    SandboxSpec,
+    read_denied,
+    read_deny_roots,
+)
+
 BWRAP = "bwrap"
 UNAVAILABLE = (
     "bubblewrap (bwrap) is not installed; install the Debian package bubblewrap, "
@@ -65,6 +72,59 @@ class SandboxPolicy(BaseModel):
 class SandboxUnavailable(RuntimeError):
     def __init__(self, message: str = UNAVAILABLE) -> None:
         super().__init__(message)
+
+
+MAX_SCAN_ENTRIES = 200_000
+"""How many files and folders a wildcard Read deny rule may make the sandbox look through."""
+
+
+def policy_for(spec: SandboxSpec, ctx: PermissionContext | None, workspace: str) -> SandboxPolicy:
+    """The policy of one sandboxed command (blocking: it looks for what the deny rules match,
+    now, so a file created since the last command is covered too). A wildcard rule that would
+    need more than MAX_SCAN_ENTRIES entries looked at raises SandboxUnavailable: the command
+    does not run rather than run with the rule unenforced."""
+    writable = [*(ctx.additional_directories if ctx else []), *spec.allow_write]
+    deny = list(spec.deny_read)
+    if ctx is not None:
+        deny += _read_denied_paths(ctx)
+    return SandboxPolicy(
+        workspace=workspace, writable=writable, deny_read=deny, allow_network=spec.allow_network
+    )
+
+
+def _read_denied_paths(ctx: PermissionContext) -> list[str]:
+    found: list[str] = []
+    budget = MAX_SCAN_ENTRIES
+    for root, exact in read_deny_roots(ctx):
+        if exact:
+            found.append(root)
+            continue
+        if root == "/":
+            continue  # a rule on the whole Read tool names no path a mount could cover
+        if read_denied(root, ctx):
+            found.append(root)
+            continue
+        for folder, dirs, files in os.walk(root):
+            budget -= len(dirs) + len(files)
+            if budget < 0:
+                raise SandboxUnavailable(
+                    f"a Read deny rule matches too widely to enforce in the sandbox (more "
+                    f"than {MAX_SCAN_ENTRIES:,} entries under {root}); name the paths more "
+                    f"narrowly"
+                )
+            for name in files:
+                path = os.path.join(folder, name)
+                if read_denied(path, ctx):
+                    found.append(path)
+            kept = []
+            for name in dirs:
+                path = os.path.join(folder, name)
+                if read_denied(path, ctx):
+                    found.append(path)  # covered whole: no need to look inside
+                else:
+                    kept.append(name)
+            dirs[:] = kept
+    return found
 
 
 _empty_lock = threading.Lock()

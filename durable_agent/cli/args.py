@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from durable_agent import __version__
 from durable_agent.cli.console import FORMATS
 from durable_agent.cli.errors import CliError
 from durable_agent.engine.budget import parse_amount
-from durable_agent.engine.permissions import PermissionContext, PermissionMode
-from durable_agent.engine.settings import SettingsError, permission_context
+from durable_agent.engine.permissions import PermissionContext, PermissionMode, SandboxSpec
+from durable_agent.engine.settings import (
+    SettingsError,
+    permission_context,
+    sandbox_spec,
+    snapshot,
+)
 from durable_agent.engine.state import (
     DEFAULT_MODEL,
     TOOL_CONCURRENCY_ENV,
@@ -47,9 +55,19 @@ def _tool_concurrency() -> int:
     return value
 
 
-def permissions_for(args: argparse.Namespace, workspace: Path) -> PermissionContext:
+@dataclass(frozen=True)
+class Controls:
+    """What the settings and the permission flags make of a session: its permission context,
+    its Bash sandbox (None: off) and the merged settings snapshot its prompts carry."""
+
+    permissions: PermissionContext
+    sandbox: SandboxSpec | None = None
+    settings: dict[str, Any] | None = None
+
+
+def controls_for(args: argparse.Namespace, workspace: Path) -> Controls:
     """The settings layers of the workspace (and --settings, --setting-sources) with the
-    permission flags: what every tool call of the session is checked against."""
+    permission and sandbox flags: what every tool call of the session is checked against."""
     from activities.settings import load_settings
 
     try:
@@ -59,19 +77,30 @@ def permissions_for(args: argparse.Namespace, workspace: Path) -> PermissionCont
         mode = getattr(args, "permission_mode", None)
         if getattr(args, "dangerously_skip_permissions", False):
             mode = PermissionMode.BYPASS.value
-        return permission_context(
+        home = str(Path.home())
+        sandbox = sandbox_spec(
+            merged, enabled=getattr(args, "sandbox", False), cwd=str(workspace), home=home
+        )
+        permissions = permission_context(
             merged,
             cwd=str(workspace),
-            home=str(Path.home()),
+            home=home,
             mode=mode,
             allowed=getattr(args, "allowed_tools", None),
             disallowed=getattr(args, "disallowed_tools", None),
             add_dirs=[
                 str(workspace_dir(d, "--add-dir")) for d in getattr(args, "add_dir", None) or []
             ],
+            sandboxed=sandbox is not None,
         )
     except SettingsError as exc:
         raise CliError(str(exc), SETTINGS_HINT) from None
+    if sandbox is not None and not getattr(args, "no_worker", False) and not shutil.which("bwrap"):
+        raise CliError(
+            "the Bash sandbox is on (sandbox.enabled or --sandbox) but bubblewrap is not installed",
+            "install the Debian package bubblewrap, or turn the sandbox off",
+        )
+    return Controls(permissions, sandbox, snapshot(merged))
 
 
 SETTINGS_HINT = "fix the file or flag named above (settings docs: permissions.allow/ask/deny)"
@@ -90,8 +119,10 @@ def _tool_set(raw: str | None) -> tuple[str, ...]:
 
 
 def build_config(
-    args: argparse.Namespace, workspace: Path, permissions: PermissionContext | None = None
+    args: argparse.Namespace, workspace: Path, controls: Controls | None = None
 ) -> QueryConfig:
+    """The config of the session's prompts; without `controls`, no permission checks (the
+    engine's own tests)."""
     return QueryConfig(
         model=args.model or os.environ.get("ANTHROPIC_MODEL") or DEFAULT_MODEL,
         max_turns=args.max_turns,
@@ -111,9 +142,11 @@ def build_config(
             if args.no_streaming_tools
             else EagerTools(args.eager_tools),
             tools=_tool_set(getattr(args, "tools", None)),
-            permissions=permissions,
+            permissions=controls.permissions if controls else None,
         ),
         activity=ActivityOptions(unattended_max_seconds=args.unattended_hours * 3600),
+        sandbox=controls.sandbox if controls else None,
+        settings=controls.settings if controls else None,
     )
 
 
@@ -390,6 +423,14 @@ def _permission_options(p: argparse.ArgumentParser) -> None:
         action="extend",
         metavar="DIR",
         help="more directories the tools may work in besides the workspace",
+    )
+    g.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run Bash under bubblewrap (as sandbox.enabled in settings does): it may write only "
+        "in the workspace, --add-dir folders and a private /tmp, has no network, and cannot read "
+        "what a Read(...) deny rule names; with autoAllowBashIfSandboxed (the default) Bash "
+        "needs no allow rule",
     )
     g.add_argument(
         "--settings",

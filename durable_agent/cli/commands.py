@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from durable_agent import warm
-from durable_agent.cli.args import permissions_for
+from durable_agent.cli.args import controls_for
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console, result_details
 from durable_agent.cli.errors import CliError
@@ -120,11 +120,12 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         # The demo workspace's own .claude/settings.json allows what the fix needs (the tests,
         # an edit of stats.py); a user's personal settings do not change the recorded demo.
         only_project = argparse.Namespace(setting_sources="project")
-        permissions = permissions_for(only_project, workspace)
+        controls = controls_for(only_project, workspace)
         config = QueryConfig(
             workspace=str(workspace),
             max_turns=20,
-            call=ModelCallConfig(permissions=permissions),
+            call=ModelCallConfig(permissions=controls.permissions),
+            settings=controls.settings,
         )
         async with build_worker(client, task_queue, client_factory=factory):
             code = await run_prompt(client, console, DEMO_PROMPT, config, task_queue)
@@ -266,6 +267,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
         print(status.model_dump_json(indent=2))
         return 0
     print(f"session {status.session_id}: {state_name(desc.status)}, {status.queries} prompt(s)")
+    for line in _controls_lines(status):
+        print(line)
     for workflow_id in (args.session_id, status.running_query_id):
         if workflow_id and (failing := await failing_task(client, workflow_id)):
             print(failing)
@@ -276,6 +279,28 @@ async def cmd_status(args: argparse.Namespace) -> int:
     if status.last_error:
         print(f"last error: {status.last_error}")
     return 0
+
+
+def _controls_lines(status: SessionStatus) -> list[str]:
+    """Permission mode, sandbox, rules and hooks of the session's settings, a line each."""
+    if status.permission_mode is None:
+        return []
+    lines = [
+        f"permission mode: {status.permission_mode}"
+        + (", Bash sandboxed" if status.sandboxed else "")
+    ]
+    settings = status.settings or {}
+    files = [layer.get("path") or layer.get("source") for layer in settings.get("layers", [])]
+    lines.append(f"settings: {', '.join(map(str, files)) if files else '(no settings files)'}")
+    perms = settings.get("permissions") or {}
+    for behavior in ("deny", "ask", "allow"):
+        if perms.get(behavior):
+            lines.append(f"  {behavior}: {', '.join(perms[behavior])}")
+    hooks = settings.get("hooks") or {}
+    if hooks:
+        counts = (f"{event} ({len(groups)})" for event, groups in hooks.items())
+        lines.append(f"  hooks: {', '.join(counts)}")
+    return lines
 
 
 async def failing_task(client: Client, workflow_id: str) -> str | None:

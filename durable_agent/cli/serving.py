@@ -17,7 +17,7 @@ from typing import Any
 from temporalio.client import Client
 
 from durable_agent import warm
-from durable_agent.cli.args import build_config, permissions_for, workspace_dir
+from durable_agent.cli.args import build_config, controls_for, workspace_dir
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
@@ -96,7 +96,7 @@ async def prepared(
     process on `task_queue` for the duration (None: the client only, for the caller to find
     the queue)."""
     workspace = workspace_dir(args.workspace)
-    config = build_config(args, workspace, permissions_for(args, workspace))
+    config = build_config(args, workspace, controls_for(args, workspace))
     if not args.no_worker:
         require_api_key()
     client = await connect(console)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from durable_agent.engine.messages import Usage
+from durable_agent.engine.permissions import PermissionContext, SandboxSpec
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import (
     ModelCallConfig,
@@ -77,6 +80,10 @@ class RunToolInput(BaseModel):
     workspace: str
     run_id: str = ""
     """Names this execution's stored result."""
+    permissions: PermissionContext | None = None
+    """Read deny rules keep denied files out of Grep and Glob results (and the sandbox's view)."""
+    sandbox: SandboxSpec | None = None
+    """Bash runs under bubblewrap with this policy; None: unsandboxed."""
 
 
 class AppendEntryInput(BaseModel):
@@ -211,6 +218,12 @@ class SessionStatus(BaseModel):
     closed: bool = False
     queued: int = 0
     """Prompts accepted that wait for the running one."""
+    permission_mode: str | None = None
+    """The mode its prompts start in (None: the session checks no permissions)."""
+    sandboxed: bool = False
+    """Bash runs in the sandbox."""
+    settings: dict[str, Any] | None = None
+    """The merged Claude Code settings its prompts carry (see QueryConfig.settings)."""
 
 
 class StopHooksInput(BaseModel):

@@ -70,6 +70,19 @@ class PermissionContext(BaseModel):
     auto_allow_bash_if_sandboxed: bool = True
 
 
+class SandboxSpec(BaseModel):
+    """The Bash sandbox of a prompt (settings `sandbox`, `--sandbox`): Bash commands may write
+    only in the working directories (cwd, additionalDirectories, --add-dir), `allow_write` and a
+    private /tmp; nothing can read what a `Read(...)` deny rule or `deny_read` names; no network
+    unless `allow_network`. The worker turns it into a bubblewrap command line."""
+
+    allow_write: list[str] = Field(default_factory=list)
+    """Absolute folders writable besides the working directories (filesystem.allowWrite)."""
+    deny_read: list[str] = Field(default_factory=list)
+    """Absolute paths unreadable besides those of Read deny rules (filesystem.denyRead)."""
+    allow_network: bool = False
+
+
 class Decision(BaseModel):
     behavior: Behavior
     rule: str | None = None
@@ -669,6 +682,45 @@ def _path_rule_matches(rule: Rule, path: str, ctx: PermissionContext) -> bool:
     return re.fullmatch(regex + "(?:/.*)?", path, re.DOTALL) is not None
 
 
+def read_denied(path: str, ctx: PermissionContext) -> bool:
+    """Whether a `Read(...)` deny rule covers `path` (absolute, or relative to cwd): what the
+    search tools leave out of their results and the sandbox makes unreadable."""
+    path = normalize_path(path, ctx)
+    return any(_path_rule_matches(r, path, ctx) for r in _rules_for("Read", ctx.rules.deny))
+
+
+def read_deny_roots(ctx: PermissionContext) -> list[tuple[str, bool]]:
+    """Where the `Read(...)` deny rules can match, one entry per rule: an absolute path and
+    whether it is exact (the rule names that path, or everything under it) or a folder to
+    search for matches (the rule has wildcards, or matches at any depth). A rule on the whole
+    tool (`Read`) gives ("/", False)."""
+    roots: list[tuple[str, bool]] = []
+    for rule in _rules_for("Read", ctx.rules.deny):
+        if rule.specifier is None:
+            roots.append(("/", False))
+            continue
+        absolute, anywhere = _anchor(rule.specifier, rule, ctx)
+        absolute = "/" + posixpath.normpath(absolute).lstrip("/")
+        for suffix in ("/**", "/*"):  # a folder's contents: cover the folder
+            if absolute.endswith(suffix) and not _wild(absolute[: -len(suffix)]):
+                absolute = absolute[: -len(suffix)]
+                break
+        if anywhere or _wild(absolute):
+            fixed = []
+            for piece in absolute.split("/")[:-1] if anywhere else absolute.split("/"):
+                if _wild(piece):
+                    break
+                fixed.append(piece)
+            roots.append(("/".join(fixed) or "/", False))
+        else:
+            roots.append((absolute, True))
+    return roots
+
+
+def _wild(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
 def _inside(path: str, directory: str) -> bool:
     directory = directory.rstrip("/") or "/"
     return path == directory or path.startswith(directory if directory == "/" else directory + "/")
@@ -834,6 +886,10 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
         return
     allow_rules: list[Rule] = []
     accept_all = ctx.mode == PermissionMode.ACCEPT_EDITS
+    # A whole-tool `Bash` allow rule allows every command, its redirections included (deny and
+    # ask rules on Write/Edit paths still apply); a scoped rule (`Bash(echo:*)`) does not allow
+    # writing a file: that takes an Edit/Write rule, or acceptEdits inside the workspace.
+    whole_allow = _first(allow, lambda r: r.specifier is None)
     for part in parts:
         text = part.text() or command
         views = _deny_views(part.words) if part.words else []
@@ -849,6 +905,9 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
             if target.dynamic:
                 if _rules_for("Write", rs.deny) or _rules_for("Write", rs.ask):
                     ev.unsure = ev.unsure or f"`{text}` writes to a computed path {target.raw}"
+                if whole_allow is not None:
+                    allow_rules.append(whole_allow)
+                    continue
                 ev.not_allowed = ev.not_allowed or f"{text} > {target.raw}"
                 accept_all = False
                 continue
@@ -863,6 +922,8 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
             r = _first(_rules_for("Write", rs.allow), lambda r, p=p: _path_rule_matches(r, p, ctx))
             if r is not None:
                 allow_rules.append(r)
+            elif whole_allow is not None:
+                allow_rules.append(whole_allow)
             elif not (ctx.mode == PermissionMode.ACCEPT_EDITS and _in_workspace(p, ctx)) or (
                 _protected(p, ctx)
             ):

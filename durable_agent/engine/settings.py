@@ -23,6 +23,7 @@ from durable_agent.engine.permissions import (
     PermissionContext,
     PermissionMode,
     PermissionRules,
+    SandboxSpec,
     parse_rule,
 )
 
@@ -353,3 +354,29 @@ def _absolute(raw: str, cwd: str, home: str) -> str:
     if raw == "~" or raw.startswith("~/"):
         raw = home + raw[1:]
     return posixpath.normpath(raw if raw.startswith("/") else posixpath.join(cwd, raw))
+
+
+def sandbox_spec(
+    merged: MergedSettings, *, enabled: bool = False, cwd: str, home: str
+) -> SandboxSpec | None:
+    """The Bash sandbox when `sandbox.enabled` (or `--sandbox`, `enabled`) turns it on, else
+    None. `filesystem.allowWrite`/`denyRead` paths: `~/` from home, absolute (`/x` or `//x`),
+    else relative to cwd. The network stays off: a sandbox with a domain allow list would need
+    a filtering proxy, which is not built, and the safer reading of a list is "not the rest"."""
+    sandbox = merged.settings.sandbox
+    if not (enabled or sandbox.enabled):
+        return None
+    fs = sandbox.filesystem
+    return SandboxSpec(
+        allow_write=[_absolute(p, cwd, home) for p in fs.allow_write],
+        deny_read=[_absolute(p, cwd, home) for p in fs.deny_read],
+    )
+
+
+def snapshot(merged: MergedSettings) -> dict[str, Any]:
+    """The merged settings as the prompt's config carries them: as a settings file would spell
+    them, plus `layers` (source and file of each, highest precedence first)."""
+    return {
+        **merged.settings.to_json(),
+        "layers": [layer.model_dump(exclude_none=True) for layer in merged.layers],
+    }

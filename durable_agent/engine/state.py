@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from durable_agent.engine.budget import BudgetTracker
 from durable_agent.engine.errors import ErrorKind
 from durable_agent.engine.messages import ToolResultBlock, Usage
-from durable_agent.engine.permissions import Decision, PermissionContext
+from durable_agent.engine.permissions import Decision, PermissionContext, SandboxSpec
 from durable_agent.engine.tools import ToolName
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -182,6 +182,12 @@ class QueryConfig(BaseModel):
     """What the model call reads (sent with each call)."""
     activity: ActivityOptions = ActivityOptions()
     """Timeouts and heartbeats of the activities the workflow schedules."""
+    sandbox: SandboxSpec | None = None
+    """Bash runs in the sandbox (settings `sandbox.enabled`, `--sandbox`); None: it does not."""
+    settings: dict[str, Any] | None = None
+    """The merged Claude Code settings the prompt started with (as a settings file spells them,
+    plus `layers`: which files contributed): hooks are chosen from it, `status` shows it. The
+    workflow never reads a settings file."""
 
     @model_validator(mode="before")
     @classmethod

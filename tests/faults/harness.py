@@ -111,6 +111,7 @@ def process_env(
         DURABLE_AGENT_HOME=str(tmp_path / "home"),
         DURABLE_AGENT_TASK_QUEUE=task_queue,
         DURABLE_AGENT_SETTINGS=str(tmp_path / "settings.json"),
+        DURABLE_AGENT_MANAGED_SETTINGS=str(tmp_path / "managed-settings.json"),
     )
     env.update(extra)
     return env

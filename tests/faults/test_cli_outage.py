@@ -57,7 +57,18 @@ async def test_run_no_worker_rides_out_a_server_restart(own_server, tmp_path):
     with ReplayServer(turns) as api:
         env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
         with WorkerProcess(env, tmp_path / "worker.log"):
-            proc = _cli(["run", "go", "--no-worker", "--workspace", str(workspace)], env)
+            proc = _cli(
+                [
+                    "run",
+                    "go",
+                    "--no-worker",
+                    "--workspace",
+                    str(workspace),
+                    "--allowedTools",
+                    "Bash",
+                ],
+                env,
+            )
             await wait_for((workspace / "marker").exists, 60, "the tool to start")
             own_server.kill()
             down_at = time.monotonic()
@@ -98,7 +109,11 @@ async def test_chat_tail_and_status_ride_out_a_server_restart(own_server, tmp_pa
     with ReplayServer(turns) as api:
         env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
         with WorkerProcess(env, tmp_path / "worker.log"):
-            chat = _cli(["chat", "--no-worker", "--workspace", str(workspace)], env, stdin=True)
+            chat = _cli(
+                ["chat", "--no-worker", "--workspace", str(workspace), "--allowedTools", "Bash"],
+                env,
+                stdin=True,
+            )
             assert chat.stdin is not None
             chat.stdin.write("first\nsecond\n")
             chat.stdin.close()

@@ -81,7 +81,11 @@ def test_an_orphaned_session_waits_for_resume_on_its_own_endpoint(own_server, tm
 
         log_a = tmp_path / "cli1.err"
         with open(log_a, "w") as err:
-            cli1 = _cli(["run", PROMPT_A, "--workspace", str(ws_a)], env_a, stderr=err)
+            cli1 = _cli(
+                ["run", PROMPT_A, "--workspace", str(ws_a), "--allowedTools", "Bash"],
+                env_a,
+                stderr=err,
+            )
         try:
             _wait(lambda: len(api_a.requests) == 1, 60, "CLI 1's model call")
             cli1.kill()  # SIGKILL: its in-process worker dies with the call in flight
@@ -95,7 +99,7 @@ def test_an_orphaned_session_waits_for_resume_on_its_own_endpoint(own_server, tm
 
         second = subprocess.run(
             [sys.executable, "-m", "durable_agent", "run", PROMPT_B, "--workspace", str(ws_b),
-             "--output-format", "json"],
+             "--output-format", "json", "--allowedTools", "Bash"],
             cwd=ROOT, env=env_b, stdin=subprocess.DEVNULL, capture_output=True, text=True,
             timeout=90,
         )  # fmt: skip
