@@ -41,6 +41,8 @@ from durable_agent.engine.hooks import (
     dedupe,
     hooks_for,
 )
+from durable_agent.engine.messages import ToolResultBlock
+from durable_agent.engine.state import ToolResultRef
 from durable_agent.names import Activities
 
 __all__ = [
@@ -52,6 +54,9 @@ __all__ = [
     "run_commands",
     "run_hooks",
 ]
+
+ResultLoader = Callable[[str, str, str], ToolResultBlock | None]
+"""(session_id, tool_use_id, run_id) → the stored tool result (`TranscriptStore.get_tool_result`)."""
 
 HookCommand = HookCommandSpec
 HookOutcome = HookRun
@@ -227,10 +232,14 @@ class HookActivities:
     """Hooks that the loop runs as activities."""
 
     def __init__(
-        self, transcript_path: Callable[[str], Path], ledger: Callable[[str], Path] | None = None
+        self,
+        transcript_path: Callable[[str], Path],
+        ledger: Callable[[str], Path] | None = None,
+        results: ResultLoader | None = None,
     ) -> None:
         self.transcript_path = transcript_path
         self.ledger = ledger
+        self.results = results
 
     @activity.defn(name=Activities.RUN_HOOKS)
     async def run_hooks(self, req: HookEventInput) -> HookEventResult:
@@ -244,11 +253,20 @@ class HookActivities:
             "hook_event_name": req.event,
         }
         body["session_id"] = req.session_id
+        if req.tool_result is not None:
+            text = await off_loop(self._result_text, req.session_id, req.tool_result)
+            body["error" if req.event == "PostToolUseFailure" else "tool_response"] = text
         ledger = self.ledger(req.session_id) if self.ledger else None
         runs = await run_commands(
             dedupe(req.commands), req.event, body, Path(req.workspace), ledger, req.session_id
         )
         return aggregate(req.event, runs)
+
+    def _result_text(self, session_id: str, ref: ToolResultRef) -> str:
+        block = ref.inline
+        if block is None and self.results is not None:
+            block = self.results(session_id, ref.tool_use_id, ref.run_id)
+        return block.text() if block is not None else ""
 
     @activity.defn(name=Activities.RUN_STOP_HOOKS)
     async def run_stop_hooks(self, req: StopHooksInput) -> StopHooksOutput:

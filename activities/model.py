@@ -52,10 +52,12 @@ from durable_agent.engine.errors import (
     RetryTrack,
     classify,
 )
+from durable_agent.engine.hooks import hooks_for
 from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, Usage
 from durable_agent.engine.permissions import Behavior, PermissionMode, check
 from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, ModelCallConfig
+from durable_agent.engine.tool_hooks import TOOL_EVENTS
 from durable_agent.engine.tools import TOOL_SPECS
 from durable_agent.names import Activities, Signals
 
@@ -465,6 +467,7 @@ class ModelActivities:
             and block.name in IN_STEP_TOOLS
             and block.name in req.config.tools
             and _permission(req, block.name, block.input) in (None, Behavior.ALLOW)
+            and not _hooked(req, block.name)
         )
 
     def _start_in_step(
@@ -619,13 +622,20 @@ def _permission(req: CallModelInput, name: str, raw: dict[str, Any]) -> Behavior
     return None if ctx is None else check(name, raw, ctx).behavior
 
 
+def _hooked(req: CallModelInput, name: str) -> bool:
+    """Some PreToolUse / PostToolUse(Failure) hook matches this tool."""
+    hooks = req.config.tool_hooks
+    return hooks is not None and any(hooks_for(hooks, event, name) for event in TOOL_EVENTS)
+
+
 def _tool_call(tool_id: str, name: str, raw: dict[str, Any], req: CallModelInput) -> ToolCall:
     """The call as the workflow sees it: how it may run and, with permissions configured, what
-    the rules and mode decided (the input travels along only when the call is not allowed)."""
+    the rules and mode decided (the input travels along only when the call is not allowed, or
+    when hooks will be given it)."""
     ctx = req.config.permissions
     decision = None if ctx is None else check(name, raw, ctx)
     permission_input = None
-    if decision is not None and decision.behavior != Behavior.ALLOW:
+    if (decision is not None and decision.behavior != Behavior.ALLOW) or _hooked(req, name):
         permission_input = raw
     spec = TOOL_SPECS.get(name)
     if spec is None:

@@ -43,7 +43,7 @@ def build_worker(
     compaction = CompactionActivities(model)
     tools = ToolActivities(store)
     stores = StoreActivities(store)
-    hooks = HookActivities(store.transcript_path, store.hook_ledger)
+    hooks = HookActivities(store.transcript_path, store.hook_ledger, store.get_tool_result)
     return Worker(
         client,
         task_queue=task_queue,

@@ -25,6 +25,12 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolReady,
     )
+    from durable_agent.engine.hooks import (
+        HookCommandSpec,
+        HookEventInput,
+        HookEventResult,
+        hooks_for,
+    )
     from durable_agent.engine.loop import (
         after_compaction,
         after_model_response,
@@ -36,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
         tools_done,
     )
     from durable_agent.engine.messages import ToolResultBlock
-    from durable_agent.engine.permissions import Behavior, headless
+    from durable_agent.engine.permissions import Behavior, Decision, check, headless
     from durable_agent.engine.state import (
         EagerTools,
         PendingUser,
@@ -47,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         QueryResult,
         State,
         Terminal,
+        ToolResultRef,
         Transition,
     )
     from durable_agent.engine.steps import (
@@ -61,11 +68,22 @@ with workflow.unsafe.imports_passed_through():
         StopHooks,
         decide,
     )
+    from durable_agent.engine.tool_hooks import (
+        POST_TOOL_USE,
+        POST_TOOL_USE_FAILURE,
+        PRE_TOOL_USE,
+        USER_PROMPT_SUBMIT,
+        feedback_text,
+        pre_tool_gate,
+        prompt_with_context,
+        tool_feedback,
+        user_notes,
+    )
     from durable_agent.names import Queries, Signals, Workflows
     from workflows import activity_options as steps
 
 from workflows.failures import duration, error_text, error_type, model_error, tool_failure
-from workflows.streaming_tools import StreamingToolExecutor
+from workflows.streaming_tools import CallNotes, StreamingToolExecutor
 
 T = TypeVar("T")
 
@@ -74,11 +92,16 @@ STOP_HOOKS_PATCH = "stop-hooks-v1"
 READ_ONLY_TOOLS_IN_STEP_PATCH = "read-only-tools-in-step-v1"
 """Read, Grep and Glob run inside the model-call step: a turn that only reads costs one
 activity, not two and a signal. Histories from before ran them as run_tool activities."""
+HOOK_EVENTS_PATCH = "hook-events-v1"
+"""UserPromptSubmit, PreToolUse, PostToolUse and PostToolUseFailure hooks run (a run_hooks
+activity each) when the settings snapshot has them; before, only Stop and PreCompact did."""
 
 
-async def _refused(call: ToolCall, reason: str) -> RunToolOutput:
-    """The answer to a tool call the permission rules or mode refused: it never runs."""
-    text = f"{reason}. The call did not run."
+async def _refused(call: ToolCall, reason: str, notes: CallNotes) -> RunToolOutput:
+    """The answer to a tool call the permission rules, the mode or a hook refused: it never
+    runs, and the denial is listed in the prompt's result."""
+    notes.denial = reason
+    text = f"{reason.rstrip('.')}. The call did not run."
     return RunToolOutput(
         tool_use_id=call.id,
         is_error=True,
@@ -136,6 +159,8 @@ class QueryWorkflow:
     @workflow.run
     async def run(self, inp: QueryInput) -> QueryResult:
         budget = token_budget(self._cfg, inp.prompt)
+        if inp.state is None:
+            await self._prompt_hooks(inp.prompt)
         while True:
             step: Step = decide(self._state, self._cfg, self._facts(budget))
             self._state = step.state
@@ -298,29 +323,43 @@ class QueryWorkflow:
         await executor.remaining_results()
         self._executors = {}
         refs, chars = executor.results(answer.tool_calls)
+        notes = executor.notes(answer.tool_calls)
         denials = [
             PermissionDenial(
                 tool_name=call.name,
                 tool_use_id=call.id,
                 tool_input=call.permission_input or {},
-                reason=call.permission.reason if call.permission else "",
+                reason=said.denial,
             )
-            for call in executor.denied(answer.tool_calls)
+            for call, said in notes
+            if said.denial is not None
         ]
         if denials:
             self._state = self._state.model_copy(
                 update={"permission_denials": (*self._state.permission_denials, *denials)}
             )
-        self._state = tools_done(self._state, refs, chars, self._cfg, str(workflow.uuid4()))
+        feedback = feedback_text([line for _, said in notes for line in said.feedback])
+        stop = next((said.stop for _, said in notes if said.stop is not None), None)
+        self._state = tools_done(
+            self._state, refs, chars, self._cfg, str(workflow.uuid4()), feedback, stop
+        )
 
     def _executor(self, assistant_uuid: str) -> StreamingToolExecutor:
         cfg = self._cfg
 
-        def run(call: ToolCall, run_id: str) -> Awaitable[RunToolOutput]:
-            if call.permission is not None:
-                decision = headless(call.permission)  # nobody can approve yet: ask = deny
+        async def run(call: ToolCall, run_id: str, notes: CallNotes) -> RunToolOutput:
+            """PreToolUse hooks, the permission decision, the tool, PostToolUse hooks."""
+            decision, tool_input = call.permission, None
+            pre = self._tool_hooks(PRE_TOOL_USE, call.name)
+            if pre:
+                gated = await self._pre_tool_hooks(call, pre, notes)
+                if isinstance(gated, RunToolOutput):
+                    return gated
+                decision, tool_input = gated
+            if decision is not None:
+                decision = headless(decision)  # nobody can approve yet: ask = deny
                 if decision.behavior != Behavior.ALLOW:
-                    return _refused(call, decision.reason)
+                    return await _refused(call, decision.reason, notes)
             workflow.set_current_details(f"running {call.summary}")
             req = RunToolInput(
                 session_id=self._inp.session_id,
@@ -331,12 +370,143 @@ class QueryWorkflow:
                 run_id=run_id,
                 permissions=cfg.call.permissions,
                 sandbox=cfg.sandbox,
+                input_override=tool_input,
             )
-            return steps.run_tool(req, cfg, call.summary, call.read_only)
+            output = await steps.run_tool(req, cfg, call.summary, call.read_only)
+            event = POST_TOOL_USE_FAILURE if output.is_error else POST_TOOL_USE
+            post = self._tool_hooks(event, call.name)
+            if post:
+                ref = ToolResultRef(tool_use_id=call.id, inline=output.inline, run_id=run_id)
+                await self._post_tool_hooks(event, call, post, tool_input, ref, notes)
+            return output
 
         return StreamingToolExecutor(
             run, self._emit, tool_failure, cfg.tool_concurrency, cfg.call.eager_tools
         )
+
+    # --- hooks around prompts and tool calls ----------------------------------------------
+
+    def _tool_hooks(self, event: str, tool_name: str) -> list[HookCommandSpec]:
+        hooks = self._cfg.call.tool_hooks
+        found = hooks_for(hooks, event, tool_name) if hooks else []
+        return found if found and workflow.patched(HOOK_EVENTS_PATCH) else []
+
+    def _hook_payload(self, **fields: Any) -> dict[str, Any]:
+        ctx = self._cfg.call.permissions
+        return {**fields, "permission_mode": ctx.mode.value if ctx else "default"}
+
+    async def _hook_event(
+        self,
+        event: str,
+        target: str | None,
+        commands: list[HookCommandSpec],
+        payload: dict[str, Any],
+        tool_result: ToolResultRef | None = None,
+    ) -> HookEventResult | None:
+        """Run one event's hooks (an activity: a replay reads its result from history, never
+        re-runs them); None when the activity failed. The user sees the hooks' messages."""
+        req = HookEventInput(
+            session_id=self._inp.session_id,
+            workspace=self._cfg.workspace,
+            event=event,
+            target=target,
+            payload=payload,
+            commands=commands,
+            heartbeat_seconds=self._cfg.activity.tool_heartbeat_seconds,
+            tool_result=tool_result,
+        )
+        summary = f"{event} hooks" + (f": {target}" if target else "")
+        try:
+            result = await steps.run_hooks(req, summary)
+        except ActivityError as exc:
+            self._emit(ProgressKind.STATUS, f"{event} hooks failed: {error_text(exc)}", True)
+            return None
+        for note in user_notes(result):
+            self._emit(ProgressKind.STATUS, f"{event} hook: {note}", is_error=True)
+        return result
+
+    async def _pre_tool_hooks(
+        self, call: ToolCall, commands: list[HookCommandSpec], notes: CallNotes
+    ) -> RunToolOutput | tuple[Decision | None, dict[str, Any] | None]:
+        """The PreToolUse verdict: a refusal, or the permission decision and the input to run
+        (`updatedInput`, checked against the rules again)."""
+        payload = self._hook_payload(
+            tool_name=call.name, tool_input=call.permission_input or {}, tool_use_id=call.id
+        )
+        result = await self._hook_event(PRE_TOOL_USE, call.name, commands, payload)
+        if result is None:  # an unknown verdict never lets a call through
+            return await _refused(call, "Its PreToolUse hooks could not run", notes)
+        notes.feedback.extend(tool_feedback(PRE_TOOL_USE, call.name, result))
+        if result.prevent_continuation:
+            notes.stop = result.stop_reason or "a PreToolUse hook stopped the prompt"
+            return await _refused(call, f"Stopped by a PreToolUse hook: {notes.stop}", notes)
+        rules, ctx, updated = call.permission, self._cfg.call.permissions, result.updated_input
+        if updated is not None and ctx is not None:
+            rules = check(call.name, updated, ctx)
+        return pre_tool_gate(rules, result), updated
+
+    async def _post_tool_hooks(
+        self,
+        event: str,
+        call: ToolCall,
+        commands: list[HookCommandSpec],
+        tool_input: dict[str, Any] | None,
+        result_ref: ToolResultRef,
+        notes: CallNotes,
+    ) -> None:
+        """PostToolUse(Failure): what they say goes to Claude after the results. The tool has
+        run: an interrupt here keeps its result."""
+        payload = self._hook_payload(
+            tool_name=call.name,
+            tool_input=tool_input if tool_input is not None else call.permission_input or {},
+            tool_use_id=call.id,
+        )
+        if event == POST_TOOL_USE_FAILURE:
+            payload["is_interrupt"] = False
+        try:
+            result = await self._hook_event(event, call.name, commands, payload, result_ref)
+        except (CancelledError, asyncio.CancelledError):
+            return
+        if result is not None:
+            notes.feedback.extend(tool_feedback(event, call.name, result))
+            if result.prevent_continuation:
+                notes.stop = result.stop_reason or f"a {event} hook stopped the prompt"
+
+    async def _prompt_hooks(self, prompt: str) -> None:
+        """UserPromptSubmit: a block (or `continue: false`) erases the prompt and ends the
+        query `hook_stopped`, the reason shown to the user only; context is added to it."""
+        hooks = (self._cfg.settings or {}).get("hooks")
+        commands = hooks_for(hooks, USER_PROMPT_SUBMIT, None) if hooks else []
+        if not commands or not workflow.patched(HOOK_EVENTS_PATCH):
+            return
+        payload = self._hook_payload(prompt=prompt)
+        try:
+            result = await self._guarded(
+                self._hook_event(USER_PROMPT_SUBMIT, None, commands, payload)
+            )
+        except _Interrupted:
+            return  # the loop ends the prompt aborted
+        state = self._state
+        if result is None or state.pending is None:
+            return
+        if result.blocked or result.prevent_continuation:
+            why = result.reason if result.blocked else result.stop_reason
+            message = (
+                f"the prompt was blocked by a UserPromptSubmit hook: {why or 'no reason given'}"
+            )
+            erased = state.model_copy(
+                update={"pending": None, "context_tokens": self._inp.context_tokens}
+            )
+            self._state = erased.ended(Terminal.HOOK_STOPPED, message)
+            return
+        if result.additional_context:
+            text = prompt_with_context(prompt, result.additional_context)
+            self._state = state.model_copy(
+                update={
+                    "pending": state.pending.model_copy(update={"prompt": text}),
+                    "context_tokens": self._inp.context_tokens + estimate_text_tokens(text),
+                }
+            )
 
     def _discard_executors(self) -> None:
         for executor in self._executors.values():

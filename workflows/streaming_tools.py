@@ -35,7 +35,19 @@ class ToolStatus(StrEnum):
     DISCARDED = "discarded"
 
 
-Runner = Callable[[ToolCall, str], Awaitable[RunToolOutput]]
+@dataclass
+class CallNotes:
+    """What running one call taught the loop, beside its result (filled by the Runner)."""
+
+    denial: str | None = None
+    """Why the permission rules, the mode or a PreToolUse hook refused it (it did not run)."""
+    feedback: list[str] = field(default_factory=list)
+    """What its hooks tell Claude after the results (PostToolUse block reasons, context)."""
+    stop: str | None = None
+    """A hook's `continue: false`: the prompt ends `hook_stopped` with this stopReason."""
+
+
+Runner = Callable[[ToolCall, str, CallNotes], Awaitable[RunToolOutput]]
 Emit = Callable[[ProgressKind, str, bool], None]
 Failure = Callable[[ActivityError, ToolCall], str]
 
@@ -48,6 +60,7 @@ class TrackedTool:
     output: RunToolOutput | None = None
     error: str | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    notes: CallNotes = field(default_factory=CallNotes)
 
 
 def _failed(tool: TrackedTool) -> bool:
@@ -131,7 +144,7 @@ class StreamingToolExecutor:
 
     async def _execute(self, tool: TrackedTool) -> None:
         try:
-            tool.output = await self._run(tool.call, tool.run_id)
+            tool.output = await self._run(tool.call, tool.run_id, tool.notes)
         except (asyncio.CancelledError, CancelledError, ActivityError) as exc:
             if self.discarded:
                 tool.status = ToolStatus.DISCARDED
@@ -224,14 +237,10 @@ class StreamingToolExecutor:
             if tool.status == ToolStatus.EXECUTING and tool.task is not None:
                 tool.task.cancel()
 
-    def denied(self, final: list[ToolCall]) -> list[ToolCall]:
-        """The calls of the final message that the permission rules or mode refused."""
-        wanted = {c.id for c in final}
-        return [
-            t.call
-            for t in self.tools
-            if t.call.id in wanted and t.output is not None and t.output.denied
-        ]
+    def notes(self, final: list[ToolCall]) -> list[tuple[ToolCall, CallNotes]]:
+        """The notes of the final message's calls, in its order (a discarded block's never)."""
+        by_id = {t.call.id: t for t in self.tools}
+        return [(call, by_id[call.id].notes) for call in final if call.id in by_id]
 
     def results(self, final: list[ToolCall]) -> tuple[list[ToolResultRef], list[int]]:
         """Every tool_use of the final message answered exactly once, in order."""

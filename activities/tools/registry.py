@@ -186,6 +186,8 @@ class ToolActivities:
         except TranscriptError as exc:
             output = ToolOutput(f"tool call could not be loaded: {exc}", is_error=True)
         else:
+            if req.input_override is not None:  # a PreToolUse hook's updatedInput
+                block = block.model_copy(update={"input": req.input_override})
             ran = await self._run_once(req, block)
             if isinstance(ran, ToolResultBlock):  # the earlier attempt's own, recorded result
                 return _output(req, ran)

@@ -28,6 +28,7 @@ from durable_agent.engine.state import (
     ModelCallConfig,
     QueryConfig,
 )
+from durable_agent.engine.tool_hooks import tool_hook_settings
 
 
 def workspace_dir(raw: str, flag: str = "--workspace") -> Path:
@@ -63,6 +64,11 @@ class Controls:
     permissions: PermissionContext
     sandbox: SandboxSpec | None = None
     settings: dict[str, Any] | None = None
+
+    @property
+    def tool_hooks(self) -> dict[str, Any] | None:
+        """The settings' hooks that run around tool calls (ModelCallConfig.tool_hooks)."""
+        return tool_hook_settings((self.settings or {}).get("hooks"))
 
 
 def controls_for(args: argparse.Namespace, workspace: Path) -> Controls:
@@ -143,6 +149,7 @@ def build_config(
             else EagerTools(args.eager_tools),
             tools=_tool_set(getattr(args, "tools", None)),
             permissions=controls.permissions if controls else None,
+            tool_hooks=controls.tool_hooks if controls else None,
         ),
         activity=ActivityOptions(unattended_max_seconds=args.unattended_hours * 3600),
         sandbox=controls.sandbox if controls else None,

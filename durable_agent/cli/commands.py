@@ -124,7 +124,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         config = QueryConfig(
             workspace=str(workspace),
             max_turns=20,
-            call=ModelCallConfig(permissions=controls.permissions),
+            call=ModelCallConfig(permissions=controls.permissions, tool_hooks=controls.tool_hooks),
             settings=controls.settings,
         )
         async with build_worker(client, task_queue, client_factory=factory):

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from durable_agent.engine.state import ToolResultRef
+
 DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_TEXT_CHARS = 10_000
 """Claude Code caps what one hook adds to the context (and its messages) at 10,000 characters."""
@@ -111,6 +113,9 @@ class HookEventInput(BaseModel):
     """From `hooks_for` on the settings snapshot."""
     heartbeat_seconds: float = 5.0
     """Heartbeat timeout of the hook activity (a dead worker is noticed after this)."""
+    tool_result: ToolResultRef | None = None
+    """PostToolUse / PostToolUseFailure: the tool's result, read from the store by the activity
+    into the payload's `tool_response` (or `error`), so a large result stays out of history."""
 
 
 class HookEventResult(BaseModel):

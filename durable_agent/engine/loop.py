@@ -10,6 +10,7 @@ from durable_agent.engine.context import (
     TaskBudget,
     Thresholds,
     context_window_for,
+    estimate_text_tokens,
     task_budget_after_compaction,
     usage_context_tokens,
 )
@@ -104,19 +105,28 @@ def _output_limit(
 
 def tools_done(
     state: State, results: list[ToolResultRef], result_chars: list[int], cfg: QueryConfig,
-    new_uuid: str,
+    new_uuid: str, feedback: str | None = None, hook_stop: str | None = None,
 ) -> State:  # fmt: skip
-    """Every tool_use has its result: they go to the model in the next user entry, and the
-    context grows by them (each at most its budget)."""
+    """Every tool_use has its result: they go to the model in the next user entry (with what
+    the tools' hooks said, `feedback`, after them), and the context grows by them (each at most
+    its budget). A hook's `continue: false` (`hook_stop`, its stopReason) ends the prompt
+    `hook_stopped` once the results are stored."""
     cap = cfg.tool_result_budget_tokens
     added = sum(min((c + 3) // 4, cap) for c in result_chars)
-    pending = PendingUser(uuid=new_uuid, parent_uuid=state.head_uuid, results=results)
-    return state.at(
+    if feedback:
+        added += estimate_text_tokens(feedback)
+    pending = PendingUser(
+        uuid=new_uuid, parent_uuid=state.head_uuid, results=results, prompt=feedback
+    )
+    done = state.at(
         Phase.TOOLS_DONE,
         pending=pending,
         answer=None,
         context_tokens=state.context_tokens + added,
     )
+    if hook_stop is not None:
+        return done.ended(Terminal.HOOK_STOPPED, hook_stop or "a hook stopped the prompt")
+    return done
 
 
 # --- token budget continuation (analysis §7) ---------------------------------------------

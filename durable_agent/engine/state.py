@@ -109,6 +109,10 @@ class ModelCallConfig(BaseModel):
     """Rules, mode and working directories every tool call is checked against (the call
     step decides, since only it sees the inputs); None: no checks (the engine's own tests and
     histories recorded before permissions existed)."""
+    tool_hooks: dict[str, Any] | None = None
+    """The settings' PreToolUse / PostToolUse / PostToolUseFailure hooks: a tool they match
+    goes to the workflow (which runs them around it), never inside the call step, and keeps
+    its input on the ToolCall for the hooks' stdin. None: no tool hooks."""
 
     @model_validator(mode="before")
     @classmethod
@@ -249,7 +253,8 @@ class ToolCall(BaseModel):
     permission: Decision | None = None
     """What the permission rules and mode decided (None: not checked)."""
     permission_input: dict[str, Any] | None = None
-    """The tool's input, kept only when it is not allowed (for `permission_denials`)."""
+    """The tool's input, kept only when it is not allowed (for `permission_denials`) or when
+    tool hooks match it (their stdin's `tool_input`)."""
 
 
 class PermissionDenial(BaseModel):
