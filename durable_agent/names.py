@@ -40,7 +40,11 @@ class Queries:
     TRANSCRIPT_PATH: Final = "transcript_path"
     PROGRESS: Final = "progress"
     PHASE: Final = "phase"
+    APPROVALS: Final = "approvals"
+    """QueryWorkflow: the tool calls waiting for a person's decision."""
 
 
 class Updates:
     SUBMIT_PROMPT: Final = "submit_prompt"
+    APPROVE_TOOL: Final = "approve_tool"
+    """QueryWorkflow: answer a waiting tool call (unknown or answered request ids are rejected)."""

@@ -160,10 +160,11 @@ def test_a_flat_config_from_an_old_history_validates_to_the_same_values():
     )
     cfg = QueryConfig.model_validate(OLD_FLAT_CONFIG)
     # no field dropped, each value kept; streaming execution off is eager_tools none; the only
-    # fields added since are `permissions`, `tool_hooks`, `sandbox`, `settings`, unset (its
-    # tools ran unchecked, unsandboxed, with no tool hooks)
+    # fields added since are `permissions`, `tool_hooks`, `sandbox`, `settings`, `approvals`,
+    # unset (its tools ran unchecked, unsandboxed, with no tool hooks, nobody asked)
     expected = {k: v for k, v in OLD_FLAT_CONFIG.items() if k != "streaming_tool_execution"}
     added = {"permissions": None, "tool_hooks": None, "sandbox": None, "settings": None}
+    added["approvals"] = False
     assert _leaves(cfg) == {**expected, "eager_tools": "none", **added}
     assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "none"
     assert QueryConfig(eager_tools="all").call.eager_tools == "all"

@@ -14,6 +14,8 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.context import estimate_text_tokens
     from durable_agent.engine.contracts import (
         AppendEntryInput,
+        ApprovalAnswer,
+        ApprovalRequest,
         CallModelInput,
         CompactInput,
         PlanCollapseInput,
@@ -42,7 +44,14 @@ with workflow.unsafe.imports_passed_through():
         tools_done,
     )
     from durable_agent.engine.messages import ToolResultBlock
-    from durable_agent.engine.permissions import Behavior, Decision, check, headless
+    from durable_agent.engine.permissions import (
+        Behavior,
+        Decision,
+        check,
+        grant_for,
+        granted,
+        headless,
+    )
     from durable_agent.engine.state import (
         EagerTools,
         PendingUser,
@@ -79,7 +88,7 @@ with workflow.unsafe.imports_passed_through():
         tool_feedback,
         user_notes,
     )
-    from durable_agent.names import Queries, Signals, Workflows
+    from durable_agent.names import Queries, Signals, Updates, Workflows
     from workflows import activity_options as steps
 
 from workflows.failures import duration, error_text, error_type, model_error, tool_failure
@@ -148,6 +157,7 @@ class QueryWorkflow:
                 uuid=str(workflow.uuid4()), parent_uuid=inp.parent_uuid, prompt=inp.prompt
             ),
             context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
+            session_grants=tuple(inp.session_grants),
         )
         self._interrupted = False
         self._events: list[ProgressEvent] = []
@@ -155,6 +165,8 @@ class QueryWorkflow:
         self._phase = "starting"
         self._call_id: str | None = None
         self._executors: dict[int, StreamingToolExecutor] = {}
+        self._approvals: dict[str, ApprovalRequest] = {}
+        self._answers: dict[str, ApprovalAnswer] = {}
 
     @workflow.run
     async def run(self, inp: QueryInput) -> QueryResult:
@@ -237,6 +249,24 @@ class QueryWorkflow:
             f"{notice.error_type} (attempt {notice.attempt}){wait}",
             is_error=True,
         )
+
+    @workflow.update(name=Updates.APPROVE_TOOL)
+    def approve_tool(self, answer: ApprovalAnswer) -> str:
+        """A person's answer to a waiting tool call; the call goes on at once."""
+        self._answers[answer.request_id] = answer
+        return f"{answer.behavior}: {self._approvals[answer.request_id].summary}"
+
+    @approve_tool.validator
+    def _waiting(self, answer: ApprovalAnswer) -> None:
+        if answer.request_id not in self._approvals or answer.request_id in self._answers:
+            waiting = ", ".join(self._approvals) or "none"
+            raise ValueError(
+                f"no tool call {answer.request_id!r} waits for approval (waiting: {waiting})"
+            )
+
+    @workflow.query(name=Queries.APPROVALS)
+    def approvals(self) -> list[ApprovalRequest]:
+        return [r for r in self._approvals.values() if r.request_id not in self._answers]
 
     @workflow.query(name=Queries.PROGRESS)
     def progress(self, since: int = 0) -> list[ProgressEvent]:
@@ -356,8 +386,10 @@ class QueryWorkflow:
                 if isinstance(gated, RunToolOutput):
                     return gated
                 decision, tool_input = gated
+            if decision is not None and decision.behavior == Behavior.ASK:
+                decision = await self._ask(call, decision, tool_input)
             if decision is not None:
-                decision = headless(decision)  # nobody can approve yet: ask = deny
+                decision = headless(decision)  # nobody can approve: ask = deny
                 if decision.behavior != Behavior.ALLOW:
                     return await _refused(call, decision.reason, notes)
             workflow.set_current_details(f"running {call.summary}")
@@ -383,6 +415,47 @@ class QueryWorkflow:
         return StreamingToolExecutor(
             run, self._emit, tool_failure, cfg.tool_concurrency, cfg.call.eager_tools
         )
+
+    async def _ask(
+        self, call: ToolCall, asks: Decision, tool_input: dict[str, Any] | None
+    ) -> Decision:
+        """A call the rules ask about: allowed by an earlier "always" answer of the session, or
+        (when someone can answer) it waits for the `approve_tool` Update, durably: through
+        worker restarts and CLIs coming and going. Headless, the ask stands (and is denied)."""
+        ctx = self._cfg.call.permissions
+        shown = tool_input if tool_input is not None else call.permission_input or {}
+        if ctx is not None:
+            allowed = granted(call.name, shown, ctx, self._state.session_grants)
+            if allowed is not None:
+                return allowed
+        if not self._cfg.approvals:
+            return asks
+        always = grant_for(call.name, shown, ctx).label() if ctx is not None else call.name
+        self._approvals[call.id] = ApprovalRequest(
+            request_id=call.id,
+            tool_name=call.name,
+            tool_input=shown,
+            summary=call.summary,
+            reason=asks.reason,
+            always=always,
+        )
+        self._emit(ProgressKind.APPROVAL, f"{call.summary} waits for your approval: {asks.reason}")
+        workflow.set_current_details(f"waiting for approval: {call.summary}")
+        try:
+            await workflow.wait_condition(lambda: call.id in self._answers)
+        finally:
+            self._approvals.pop(call.id, None)
+        answer = self._answers.pop(call.id)
+        by = f" ({answer.by})" if answer.by else ""
+        if answer.behavior == "deny":
+            said = f": {answer.message}" if answer.message else ""
+            self._emit(ProgressKind.STATUS, f"{call.summary}: denied{by}")
+            return Decision(behavior=Behavior.DENY, reason=f"The user denied this call{said}")
+        if answer.always and ctx is not None:
+            grants = (*self._state.session_grants, grant_for(call.name, shown, ctx))
+            self._state = self._state.model_copy(update={"session_grants": grants})
+        self._emit(ProgressKind.STATUS, f"{call.summary}: allowed{by}")
+        return Decision(behavior=Behavior.ALLOW, reason="allowed by the user")
 
     # --- hooks around prompts and tool calls ----------------------------------------------
 
@@ -644,4 +717,5 @@ class QueryWorkflow:
             usage_by_model=state.usage_by_model,
             retries=dict(state.retries),
             permission_denials=list(state.permission_denials),
+            session_grants=list(state.session_grants),
         )

@@ -103,6 +103,7 @@ class SessionWorkflow:
             permission_mode=perms.mode.value if (perms := self._config.call.permissions) else None,
             sandboxed=self._config.sandbox is not None,
             settings=self._config.settings,
+            session_grants=list(state.session_grants),
         )
 
     @workflow.query(name=Queries.TRANSCRIPT_PATH)
@@ -166,6 +167,7 @@ class SessionWorkflow:
                 parent_uuid=state.head_uuid,
                 config=config,
                 context_tokens=state.context_tokens,
+                session_grants=list(state.session_grants),
             ),
             id=child_id,
             static_summary=req.prompt[:200],
@@ -182,5 +184,6 @@ class SessionWorkflow:
             state.last_error = None
             state.head_uuid = result.head_uuid
             state.context_tokens = result.context_tokens
+            state.session_grants = list(result.session_grants)
         finally:
             self._running = None

@@ -154,6 +154,8 @@ def build_config(
         activity=ActivityOptions(unattended_max_seconds=args.unattended_hours * 3600),
         sandbox=controls.sandbox if controls else None,
         settings=controls.settings if controls else None,
+        # In chat a person can answer a call that asks; a headless run never waits for one.
+        approvals=getattr(args, "command", None) == "chat",
     )
 
 
@@ -298,6 +300,32 @@ def parser() -> argparse.ArgumentParser:
 
     interrupt = sub.add_parser("interrupt", help="interrupt the prompt running in a session")
     interrupt.add_argument("session_id")
+
+    approve = sub.add_parser(
+        "approve",
+        help="answer a tool call that waits for approval in a session (from any terminal)",
+        description="In `chat`, a tool call the permission rules ask about waits, durably, for "
+        "a person: the chat terminal asks, and any other terminal can answer with this command "
+        "(the wait survives worker restarts and the chat's CLI dying). Without --always or "
+        "--deny, the call is allowed once. With no call named, the only one waiting is "
+        "answered; --list shows what waits.",
+    )
+    approve.add_argument("session_id")
+    approve.add_argument("--id", dest="request_id", help="the request (tool_use id) to answer")
+    approve.add_argument(
+        "--always",
+        action="store_true",
+        help="allow it for the rest of the session (this file for edits, this exact command "
+        "for Bash); `status` lists what the session allows",
+    )
+    approve.add_argument(
+        "--deny",
+        nargs="?",
+        const="",
+        metavar="MESSAGE",
+        help="deny it; MESSAGE is told to Claude with the denial",
+    )
+    approve.add_argument("--list", action="store_true", help="only show what waits")
 
     sub.add_parser("list", help="list recent sessions")
     return p

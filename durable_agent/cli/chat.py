@@ -12,6 +12,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_agent.cli.approving import ask_in_terminal
 from durable_agent.cli.connect import connect
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import EXIT_DETACHED, CliError
@@ -102,7 +103,14 @@ async def chat(
             raise CliError(f"session {session_id} is not running: {exc.message}") from exc
         child = client.get_workflow_handle(accepted.query_workflow_id, result_type=QueryResult)
         outcome = riding_out(functools.partial(query_result, child), console, session_id)
-        result = await watch(outcome, child, console, detached, *idle_hint(task_queue))
+        result = await watch(
+            outcome,
+            child,
+            console,
+            detached,
+            *idle_hint(task_queue),
+            on_approval=functools.partial(ask_in_terminal, child, console, read_line),
+        )
         if result is None:
             break
         console.result(session_id, result)

@@ -274,6 +274,13 @@ async def cmd_status(args: argparse.Namespace) -> int:
             print(failing)
     if status.running_query_id:
         print(f"running: {status.running_query_id}")
+        from durable_agent.cli.approving import waiting
+
+        for request in await waiting(client.get_workflow_handle(status.running_query_id)):
+            print(
+                f"waiting for approval: {request.summary} (request {request.request_id}): "
+                f"{request.reason}; answer with durable-agent approve {args.session_id}"
+            )
     if status.last_result is not None:
         _print_result(status.last_result)
     if status.last_error:
@@ -296,6 +303,8 @@ def _controls_lines(status: SessionStatus) -> list[str]:
     for behavior in ("deny", "ask", "allow"):
         if perms.get(behavior):
             lines.append(f"  {behavior}: {', '.join(perms[behavior])}")
+    for grant in status.session_grants:
+        lines.append(f"  allowed for this session: {grant.label()}")
     hooks = settings.get("hooks") or {}
     if hooks:
         counts = (f"{event} ({len(groups)})" for event, groups in hooks.items())
@@ -355,6 +364,38 @@ async def cmd_interrupt(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_approve(args: argparse.Namespace) -> int:
+    """Answer (or list) the tool calls waiting for approval in a session's running prompt."""
+    from durable_agent.cli import approving
+    from durable_agent.engine.contracts import ApprovalAnswer
+
+    if args.always and args.deny is not None:
+        raise CliError("--always and --deny contradict each other", "give one of them")
+    client = await connect(Console(), start_server=False)
+    child = await approving.running_prompt(client, args.session_id)
+    requests = await approving.waiting(child)
+    if args.list:
+        for request in requests:
+            print("\n".join(approving.describe(request)))
+        if not requests:
+            print(f"nothing waits for approval in {args.session_id}")
+        return 0
+    request_id = approving.pick(requests, args.request_id, args.session_id)
+    if args.deny is not None:
+        answer = ApprovalAnswer(
+            request_id=request_id, behavior="deny", message=args.deny, by=approving.answerer()
+        )
+    else:
+        answer = ApprovalAnswer(
+            request_id=request_id, behavior="allow", always=args.always, by=approving.answerer()
+        )
+    ack = await approving.send(child, answer)
+    if ack is None:
+        raise CliError(f"{request_id} no longer waits (answered elsewhere, or interrupted)")
+    print(ack)
+    return 0
+
+
 async def cmd_list(args: argparse.Namespace) -> int:
     client = await connect(Console(), start_server=False)
     count = 0
@@ -369,6 +410,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "run": cmd_run,
+    "approve": cmd_approve,
     "resume": cmd_resume,
     "demo": cmd_demo,
     "server": cmd_server,

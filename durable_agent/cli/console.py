@@ -45,6 +45,8 @@ class Console:
                 print(f"    {mark} {event.text}", file=self.err, flush=True)
             elif event.kind == ProgressKind.STATUS:
                 print(f"  · {event.text}", file=self.err, flush=True)
+            elif event.kind == ProgressKind.APPROVAL:
+                print(f"  ? {event.text}", file=self.err, flush=True)
 
     def spin(self, what: str) -> None:
         if self.format != "text" or not self.err.isatty():

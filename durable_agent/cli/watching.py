@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
@@ -18,7 +18,7 @@ from durable_agent.cli.errors import EXIT_DETACHED, EXIT_STOPPED, CliError
 from durable_agent.cli.reconnect import is_outage, riding_out
 from durable_agent.cli.sessions import new_session_id, query_workflow_id
 from durable_agent.engine.contracts import SessionInput, SessionStatus
-from durable_agent.engine.state import ProgressEvent, QueryConfig, Terminal
+from durable_agent.engine.state import ProgressEvent, ProgressKind, QueryConfig, Terminal
 from durable_agent.names import Queries, Signals, Workflows
 
 T = TypeVar("T")
@@ -127,8 +127,10 @@ async def watch(
     detached: asyncio.Event,
     idle_hint: str,
     idle_seconds: float = 15.0,
+    on_approval: Callable[[], Awaitable[None]] | None = None,
 ) -> T | None:
-    """Print the prompt's progress events until `outcome` is ready (None if the user detached)."""
+    """Print the prompt's progress events until `outcome` is ready (None if the user detached);
+    when a tool call starts waiting for approval, `on_approval` asks about it."""
     result = asyncio.ensure_future(outcome)
     stop = asyncio.ensure_future(detached.wait())
     since = 0
@@ -137,7 +139,9 @@ async def watch(
     try:
         while True:
             done = result.done()
-            since = await _show_events(child, console, since)
+            since, asks = await _show_events(child, console, since)
+            if asks and on_approval is not None:
+                await on_approval()
             idle = asyncio.get_running_loop().time() - started > idle_seconds
             if since == 0 and idle and not hinted and not await _started(child):
                 console.info(idle_hint)
@@ -168,14 +172,18 @@ async def _started(child: WorkflowHandle[Any, Any]) -> bool:
     return desc.raw_description.workflow_execution_info.history_length > 3
 
 
-async def _show_events(child: WorkflowHandle[Any, Any], console: Console, since: int) -> int:
+async def _show_events(
+    child: WorkflowHandle[Any, Any], console: Console, since: int
+) -> tuple[int, bool]:
+    """Print the events after `since`; the next index, and whether a call began to wait for
+    approval among them."""
     try:
         events = await child.query(Queries.PROGRESS, since, result_type=list[ProgressEvent])
     except RPCError:
-        return since  # not started yet
+        return since, False  # not started yet
     except Exception:  # noqa: BLE001 — a failed query must not end the watch
-        return since
+        return since, False
     for event in events:
         console.event(event)
         since = event.index + 1
-    return since
+    return since, any(e.kind == ProgressKind.APPROVAL for e in events)

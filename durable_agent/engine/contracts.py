@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from durable_agent.engine.messages import Usage
-from durable_agent.engine.permissions import PermissionContext, SandboxSpec
+from durable_agent.engine.permissions import PermissionContext, SandboxSpec, SessionGrant
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import (
     ModelCallConfig,
@@ -89,6 +89,33 @@ class RunToolInput(BaseModel):
     (checked against the permission rules again by the workflow)."""
 
 
+class ApprovalRequest(BaseModel):
+    """A tool call that waits for a person's decision (the `approvals` query lists them)."""
+
+    request_id: str
+    """The call's tool_use_id: what `approve_tool` names."""
+    tool_name: str
+    tool_input: dict[str, Any] = Field(default_factory=dict)
+    summary: str
+    reason: str
+    """Which rule or mode asks."""
+    always: str
+    """What "always for this session" would allow (a rule, or this exact call)."""
+
+
+class ApprovalAnswer(BaseModel):
+    """The `approve_tool` Update: allow once, allow always (for the session), or deny."""
+
+    request_id: str
+    behavior: Literal["allow", "deny"]
+    always: bool = False
+    """With allow: the session allows the same again without asking (see SessionGrant)."""
+    message: str = ""
+    """With deny: told to Claude with the denial."""
+    by: str = ""
+    """Who answered (the CLI puts user@host), for the record."""
+
+
 class AppendEntryInput(BaseModel):
     session_id: str
     entry: PendingUser
@@ -108,6 +135,8 @@ class QueryInput(BaseModel):
     state: State | None = None
     context_tokens: int = 0
     """The conversation's size before this prompt (from the previous prompt's result)."""
+    session_grants: list[SessionGrant] = Field(default_factory=list)
+    """The session's "always" answers so far."""
 
 
 class CompactInput(BaseModel):
@@ -163,6 +192,8 @@ class SessionState(BaseModel):
     last_result: QueryResult | None = None
     last_error: str | None = None
     closed: bool = False
+    session_grants: list[SessionGrant] = Field(default_factory=list)
+    """What "always for this session" answers allow (each prompt starts with them)."""
 
 
 class SessionInput(BaseModel):
@@ -227,6 +258,8 @@ class SessionStatus(BaseModel):
     """Bash runs in the sandbox."""
     settings: dict[str, Any] | None = None
     """The merged Claude Code settings its prompts carry (see QueryConfig.settings)."""
+    session_grants: list[SessionGrant] = Field(default_factory=list)
+    """What the user allowed for the rest of the session ("always")."""
 
 
 class StopHooksInput(BaseModel):

@@ -10,7 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from durable_agent.engine.budget import BudgetTracker
 from durable_agent.engine.errors import ErrorKind
 from durable_agent.engine.messages import ToolResultBlock, Usage
-from durable_agent.engine.permissions import Decision, PermissionContext, SandboxSpec
+from durable_agent.engine.permissions import (
+    Decision,
+    PermissionContext,
+    SandboxSpec,
+    SessionGrant,
+)
 from durable_agent.engine.tools import ToolName
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -188,6 +193,9 @@ class QueryConfig(BaseModel):
     """Timeouts and heartbeats of the activities the workflow schedules."""
     sandbox: SandboxSpec | None = None
     """Bash runs in the sandbox (settings `sandbox.enabled`, `--sandbox`); None: it does not."""
+    approvals: bool = False
+    """Someone can answer a tool call that asks (`chat`, the SDK front-end): it waits, durably,
+    for an `approve_tool` Update. False (headless `run`): an ask is a deny, nobody waits."""
     settings: dict[str, Any] | None = None
     """The merged Claude Code settings the prompt started with (as a settings file spells them,
     plus `layers`: which files contributed): hooks are chosen from it, `status` shows it. The
@@ -368,6 +376,9 @@ class State(BaseModel):
     stop_hook_active: bool = False
     budget_tracker: BudgetTracker = BudgetTracker()
     permission_denials: tuple[PermissionDenial, ...] = ()
+    session_grants: tuple[SessionGrant, ...] = ()
+    """What the user allowed by answering "always for this session" (the session's earlier
+    prompts' answers included): a later call of the session that would ask is checked with them."""
     phase: Phase = Phase.TURN
     answer: Answer | None = None
     withheld: WithheldError | None = None
@@ -417,6 +428,8 @@ class ProgressKind(StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
     STATUS = "status"
+    APPROVAL = "approval"
+    """A tool call waits for a person's decision (the `approvals` query lists it)."""
 
 
 class ProgressEvent(BaseModel):
@@ -446,3 +459,5 @@ class QueryResult(BaseModel):
     compactions: int = 0
     context_tokens: int = 0
     permission_denials: list[PermissionDenial] = Field(default_factory=list)
+    session_grants: list[SessionGrant] = Field(default_factory=list)
+    """The session's "always" answers after this prompt (the next prompt starts with them)."""
