@@ -25,6 +25,7 @@ from activities.credentials import settings_path
 from activities.heartbeat import heartbeating
 from activities.tools.environment import (
     RUN_TAG_NAME,
+    SETTINGS_ENV,
     kill_tagged,
     session_tag_prefix,
     tool_environment,
@@ -257,9 +258,13 @@ class HookActivities:
             text = await off_loop(self._result_text, req.session_id, req.tool_result)
             body["error" if req.event == "PostToolUseFailure" else "tool_response"] = text
         ledger = self.ledger(req.session_id) if self.ledger else None
-        runs = await run_commands(
-            dedupe(req.commands), req.event, body, Path(req.workspace), ledger, req.session_id
-        )
+        token = SETTINGS_ENV.set(req.env)
+        try:
+            runs = await run_commands(
+                dedupe(req.commands), req.event, body, Path(req.workspace), ledger, req.session_id
+            )
+        finally:
+            SETTINGS_ENV.reset(token)
         return aggregate(req.event, runs)
 
     def _result_text(self, session_id: str, ref: ToolResultRef) -> str:

@@ -27,6 +27,7 @@ SHOW_ENV = (
 """What the model asks Bash to run: its environment, two ways, and its parent's (the worker)."""
 
 HOOK_DUMP = "hook-env.txt"
+NOT_PASSED = "settings-env-key-must-not-reach-tools"
 MARKER = "SECRETS_TEST_MARKER"
 """A variable that is no secret: it must show where the secrets must not (the scan can see)."""
 
@@ -73,7 +74,9 @@ def workspace(root: Path) -> Path:
     dump = f"env > {HOOK_DUMP}; cat /proc/self/environ | tr '\\0' '\\n' >> {HOOK_DUMP}"
     hooks = {"Stop": [{"hooks": [{"type": "command", "command": dump}]}]}
     (root / ".claude").mkdir()
-    (root / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks}))
+    # The settings' env reaches tools on purpose, except what would hand them a credential.
+    env = {"TEAM_FLAG": "from-settings", "ANTHROPIC_API_KEY": NOT_PASSED}
+    (root / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks, "env": env}))
     return root
 
 
@@ -168,13 +171,21 @@ async def test_api_key_and_auth_token_are_nowhere(served, tmp_path):
     assert f"served by the warm worker (pid {record.pid})" in printed_key
     _, printed_token = run(ws_token, {**base, "ANTHROPIC_AUTH_TOKEN": token})
     assert "served by the warm worker" not in printed_token
+    # A key from Claude Code's apiKeyHelper (the worker runs it; its command holds the key).
+    helper_key = new_secret("helper")
+    user_settings = tmp_path / "user-settings.json"
+    user_settings.write_text(json.dumps({"apiKeyHelper": f"echo {helper_key}"}))
+    ws_helper = workspace(tmp_path / "ws-helper")
+    _, printed_helper = run(ws_helper, {**base, "DURABLE_AGENT_SETTINGS": str(user_settings)})
 
     # The credentials did reach the API: the test would see them if they went astray.
-    assert [sent(h) for h in server.headers] == [key, key, token, token]
-    outputs = [tool_output(server, 0), tool_output(server, 1)]
-    dumps = [(ws / HOOK_DUMP).read_text() for ws in (ws_key, ws_token)]
+    assert [sent(h) for h in server.headers] == [key, key, token, token, helper_key, helper_key]
+    outputs = [tool_output(server, i) for i in range(3)]
+    dumps = [(ws / HOOK_DUMP).read_text() for ws in (ws_key, ws_token, ws_helper)]
     for shown in outputs + dumps:
         assert f"{MARKER}=visible" in shown and "CLAUDE_PROJECT_DIR=" in shown
+    for shown in outputs:
+        assert "TEAM_FLAG=from-settings" in shown and NOT_PASSED not in shown
     stored = files_under(home)
     assert home / "temporal.db" in stored and (home / "warm").is_dir()
     assert any(b"show me your environment" in data for data in stored.values())
@@ -182,6 +193,7 @@ async def test_api_key_and_auth_token_are_nowhere(served, tmp_path):
     places = {str(path): data for path, data in stored.items()}
     places |= {f"history {i}": h for i, h in enumerate(await histories(home))}
     places |= {"tool outputs": "".join(outputs).encode(), "hook dumps": "".join(dumps).encode()}
-    places |= {"CLI output": (printed_key + printed_token).encode()}
-    places |= {str(p): d for ws in (ws_key, ws_token) for p, d in files_under(ws).items()}
-    assert_nowhere([key, token], places)
+    places |= {"CLI output": (printed_key + printed_token + printed_helper).encode()}
+    workspaces = (ws_key, ws_token, ws_helper)
+    places |= {str(p): d for ws in workspaces for p, d in files_under(ws).items()}
+    assert_nowhere([key, token, helper_key], places)

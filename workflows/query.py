@@ -402,6 +402,7 @@ class QueryWorkflow:
                 run_id=run_id,
                 permissions=cfg.call.permissions,
                 sandbox=cfg.sandbox,
+                env=self._settings_env(),
                 input_override=tool_input,
             )
             output = await steps.run_tool(req, cfg, call.summary, call.read_only)
@@ -464,6 +465,10 @@ class QueryWorkflow:
         found = hooks_for(hooks, event, tool_name) if hooks else []
         return found if found and workflow.patched(HOOK_EVENTS_PATCH) else []
 
+    def _settings_env(self) -> dict[str, str]:
+        env = (self._cfg.settings or {}).get("env")
+        return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
     def _hook_payload(self, **fields: Any) -> dict[str, Any]:
         ctx = self._cfg.call.permissions
         return {**fields, "permission_mode": ctx.mode.value if ctx else "default"}
@@ -487,6 +492,7 @@ class QueryWorkflow:
             commands=commands,
             heartbeat_seconds=self._cfg.activity.tool_heartbeat_seconds,
             tool_result=tool_result,
+            env=self._settings_env(),
         )
         summary = f"{event} hooks" + (f": {target}" if target else "")
         try:

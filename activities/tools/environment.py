@@ -61,14 +61,18 @@ _scrubbed = False
 def tool_environment(
     workspace: Path | None = None, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """`base` (default: this process's environment) without private names; `CLAUDE_PROJECT_DIR`
-    set to the workspace when one is given, as Claude Code does for hooks and tools. The first
+    """`base` (default: this process's environment) without private names, plus the settings'
+    `env` (`SETTINGS_ENV`); `CLAUDE_PROJECT_DIR` set to the workspace when one is given, as
+    Claude Code does for hooks and tools. The first
     call scrubs this process's initial environment block (every process is started with one)."""
     global _scrubbed
     if not _scrubbed:
         scrub_initial_environment()
         _scrubbed = True
     env = {k: v for k, v in (os.environ if base is None else base).items() if not is_private(k)}
+    extra = SETTINGS_ENV.get()
+    if extra:
+        env.update((k, v) for k, v in extra.items() if not is_private(k))
     if workspace is not None:
         env["CLAUDE_PROJECT_DIR"] = str(workspace)
     tag = RUN_TAG.get()
@@ -76,6 +80,10 @@ def tool_environment(
         env[RUN_TAG_NAME] = tag
     return env
 
+
+SETTINGS_ENV: ContextVar[Mapping[str, str] | None] = ContextVar("settings_env", default=None)
+"""The settings' `env` for the tool or hook running in this context: added to its environment
+on purpose, except the private names (a settings file cannot hand a tool the model's key)."""
 
 RUN_TAG_NAME = "DA_TOOL_RUN"
 RUN_TAG: ContextVar[str | None] = ContextVar("tool_run_tag", default=None)

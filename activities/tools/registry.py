@@ -19,7 +19,7 @@ from activities.heartbeat import heartbeating
 from activities.tools.base import ToolError, ToolOutput, Workspace
 from activities.tools.bash import run_bash
 from activities.tools.edit import run_edit
-from activities.tools.environment import RUN_TAG, kill_tagged, session_tag_prefix
+from activities.tools.environment import RUN_TAG, SETTINGS_ENV, kill_tagged, session_tag_prefix
 from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
 from activities.tools.read import run_read
@@ -231,10 +231,11 @@ class ToolActivities:
                 return ToolOutput(INTERRUPTED_TEXT, is_error=True)
             await off_loop(self._mark_started, req)
         with tool_span(block) as span:
-            token = RUN_TAG.set(_run_tag(req))
+            token, env = RUN_TAG.set(_run_tag(req)), SETTINGS_ENV.set(req.env)
             try:
                 output = await self._execute(req, block)
             finally:
+                SETTINGS_ENV.reset(env)
                 RUN_TAG.reset(token)
             span.set_attribute("durable_agent.tool.is_error", output.is_error)
         return output

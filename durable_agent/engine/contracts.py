@@ -84,6 +84,8 @@ class RunToolInput(BaseModel):
     """Read deny rules keep denied files out of Grep and Glob results (and the sandbox's view)."""
     sandbox: SandboxSpec | None = None
     """Bash runs under bubblewrap with this policy; None: unsandboxed."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """The settings' `env`: added to the tool's environment (private names excepted)."""
     input_override: dict[str, Any] | None = None
     """The input to run instead of the stored block's: a PreToolUse hook's `updatedInput`
     (checked against the permission rules again by the workflow)."""

@@ -113,6 +113,8 @@ class HookEventInput(BaseModel):
     """From `hooks_for` on the settings snapshot."""
     heartbeat_seconds: float = 5.0
     """Heartbeat timeout of the hook activity (a dead worker is noticed after this)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """The settings' `env`: added to the hooks' environment (private names excepted)."""
     tool_result: ToolResultRef | None = None
     """PostToolUse / PostToolUseFailure: the tool's result, read from the store by the activity
     into the payload's `tool_response` (or `error`), so a large result stays out of history."""

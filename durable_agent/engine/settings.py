@@ -375,8 +375,13 @@ def sandbox_spec(
 
 def snapshot(merged: MergedSettings) -> dict[str, Any]:
     """The merged settings as the prompt's config carries them: as a settings file would spell
-    them, plus `layers` (source and file of each, highest precedence first)."""
+    them (without `apiKeyHelper`), plus `layers` (source and file of each, highest precedence
+    first)."""
+    shown = merged.settings.to_json()
+    # The worker runs apiKeyHelper from its own settings file; its command (which may carry a
+    # credential) stays out of the prompt's config and so out of every history.
+    shown.pop("apiKeyHelper", None)
     return {
-        **merged.settings.to_json(),
+        **shown,
         "layers": [layer.model_dump(exclude_none=True) for layer in merged.layers],
     }
