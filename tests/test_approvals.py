@@ -5,6 +5,7 @@ real Temporal dev server. (A worker killed during the wait: tests/faults/test_ap
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.test_cli import ROOT, cli_env
 from tests.test_permissions_e2e import results_sent, text_of
 
 APPEND = "echo one >> marker"
+NOTIFY = "cat >> notified.jsonl; echo >> notified.jsonl"
 
 
 def chat(env: dict[str, str], ws: Path, lines: str) -> subprocess.CompletedProcess[str]:
@@ -26,7 +28,9 @@ def chat(env: dict[str, str], ws: Path, lines: str) -> subprocess.CompletedProce
 
 def test_chat_asks_and_always_holds_for_the_session_and_deny_tells_claude(dev_env, tmp_path):
     ws = tmp_path / "ws"
-    ws.mkdir()
+    (ws / ".claude").mkdir(parents=True)
+    notify = {"matcher": "permission_prompt", "hooks": [{"type": "command", "command": NOTIFY}]}
+    (ws / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"Notification": [notify]}}))
     env = cli_env(
         tmp_path,
         ANTHROPIC_API_KEY="dummy",
@@ -51,6 +55,10 @@ def test_chat_asks_and_always_holds_for_the_session_and_deny_tells_claude(dev_en
     assert not first["b1"].get("is_error") and not second["b2"].get("is_error")
     assert second["b3"]["is_error"]
     assert "The user denied this call: keep the marker file" in text_of(second["b3"])
+    # A Notification hook (notification_type permission_prompt) ran for each wait.
+    notified = [json.loads(line) for line in (ws / "notified.jsonl").read_text().splitlines()]
+    assert [n["message"] for n in notified] == ["Claude needs your permission to use Bash"] * 2
+    assert {n["notification_type"] for n in notified} == {"permission_prompt"}
 
 
 def test_answers_typed_in_the_terminal():

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from durable_agent.replay import text_turn, tool_turn
+from durable_agent.replay import ErrorReply, Turn, text_turn, tool_turn
 from tests.test_permissions_e2e import results_sent, run, text_of
 
 # The "Bash command validator" of Claude Code's hooks reference (PreToolUse, exit 2 blocks the
@@ -112,6 +112,9 @@ def test_pre_and_post_tool_hooks_block_rewrite_and_talk_to_claude(dev_env, tmp_p
         ],
         "PostToolUse": [hook('python3 "$CLAUDE_PROJECT_DIR"/.claude/hooks/post.py', "Bash")],
         "UserPromptSubmit": [hook("echo 'current branch: feature/hooks'")],
+        "SessionStart": [hook("echo 'session context: ticket 42'", "startup")],
+        "Stop": [hook("cat > stop-stdin.json")],
+        "SessionEnd": [hook("cat > session-end-stdin.json")],
     }
     scripts = {
         "bash_validator.py": DOCS_VALIDATOR,
@@ -133,7 +136,9 @@ def test_pre_and_post_tool_hooks_block_rewrite_and_talk_to_claude(dev_env, tmp_p
     # runs only because the PreToolUse hook allows it.
     result, server, stderr = run(dev_env, tmp_path, ws, turns, "--allowedTools", "Bash")
     assert result["terminal"] == "completed", (result, stderr)
-    assert "current branch: feature/hooks" in sent_text(server, 0)  # UserPromptSubmit context
+    first = sent_text(server, 0)
+    assert "current branch: feature/hooks" in first  # UserPromptSubmit context
+    assert "session context: ticket 42" in first  # SessionStart (startup) context
     sent = results_sent(server, 1)
     # The docs' validator blocked grep: its stderr is Claude's result; the command never ran.
     assert sent["b1"]["is_error"] and "Use 'rg' (ripgrep)" in text_of(sent["b1"])
@@ -149,6 +154,12 @@ def test_pre_and_post_tool_hooks_block_rewrite_and_talk_to_claude(dev_env, tmp_p
     assert (ws / "out.txt").read_text() == "rewritten by the hook\n"
     assert not sent["w1"].get("is_error")
     assert [d["tool_use_id"] for d in result["permission_denials"]] == ["b1"]
+    stop = json.loads((ws / "stop-stdin.json").read_text())
+    assert stop["hook_event_name"] == "Stop" and stop["last_assistant_message"] == "Done."
+    assert stop["stop_hook_active"] is False and stop["permission_mode"] == "default"
+    assert stop["session_id"] == result["session_id"]
+    end = json.loads((ws / "session-end-stdin.json").read_text())
+    assert end["hook_event_name"] == "SessionEnd" and end["reason"] == "other"
 
 
 def test_continue_false_in_a_pre_tool_hook_ends_the_prompt_hook_stopped(dev_env, tmp_path):
@@ -160,6 +171,16 @@ def test_continue_false_in_a_pre_tool_hook_ends_the_prompt_hook_stopped(dev_env,
     assert "nightly budget exhausted" in result["message"]
     assert not (ws / "ran.txt").exists()
     assert len(server.requests) == 1  # Claude is not called again
+
+
+def test_a_failed_model_call_runs_the_stop_failure_hooks(dev_env, tmp_path):
+    ws = hooked_workspace(tmp_path, {"StopFailure": [hook("cat > failure-stdin.json")]}, {})
+    refused = Turn(error=ErrorReply(status=400, type="invalid_request_error", message="bad"))
+    result, server, stderr = run(dev_env, tmp_path, ws, [refused])
+    assert result["terminal"] == "model_error", (result, stderr)
+    failure = json.loads((ws / "failure-stdin.json").read_text())
+    assert failure["hook_event_name"] == "StopFailure" and failure["error_type"]
+    assert "bad" in failure["error"]
 
 
 def test_a_user_prompt_submit_block_erases_the_prompt(dev_env, tmp_path):

@@ -101,6 +101,9 @@ STOP_HOOKS_PATCH = "stop-hooks-v1"
 READ_ONLY_TOOLS_IN_STEP_PATCH = "read-only-tools-in-step-v1"
 """Read, Grep and Glob run inside the model-call step: a turn that only reads costs one
 activity, not two and a signal. Histories from before ran them as run_tool activities."""
+STOP_HOOKS_SNAPSHOT_PATCH = "stop-hooks-snapshot-v1"
+"""Stop hooks come from the prompt's settings snapshot (no activity when there are none) and
+get Claude Code's whole input; before, an activity read the settings files every time."""
 HOOK_EVENTS_PATCH = "hook-events-v1"
 """UserPromptSubmit, PreToolUse, PostToolUse and PostToolUseFailure hooks run (a run_hooks
 activity each) when the settings snapshot has them; before, only Stop and PreCompact did."""
@@ -441,6 +444,12 @@ class QueryWorkflow:
             always=always,
         )
         self._emit(ProgressKind.APPROVAL, f"{call.summary} waits for your approval: {asks.reason}")
+        await self._observe(
+            "Notification",
+            "permission_prompt",
+            message=f"Claude needs your permission to use {call.name}",
+            notification_type="permission_prompt",
+        )
         workflow.set_current_details(f"waiting for approval: {call.summary}")
         try:
             await workflow.wait_condition(lambda: call.id in self._answers)
@@ -459,6 +468,12 @@ class QueryWorkflow:
         return Decision(behavior=Behavior.ALLOW, reason="allowed by the user")
 
     # --- hooks around prompts and tool calls ----------------------------------------------
+
+    def _hooks(self, event: str, target: str | None) -> list[HookCommandSpec]:
+        """The settings snapshot's handlers of `event` for `target` (none without a snapshot)."""
+        hooks = (self._cfg.settings or {}).get("hooks")
+        found = hooks_for(hooks, event, target) if hooks else []
+        return found if found and workflow.patched(HOOK_EVENTS_PATCH) else []
 
     def _tool_hooks(self, event: str, tool_name: str) -> list[HookCommandSpec]:
         hooks = self._cfg.call.tool_hooks
@@ -552,11 +567,14 @@ class QueryWorkflow:
                 notes.stop = result.stop_reason or f"a {event} hook stopped the prompt"
 
     async def _prompt_hooks(self, prompt: str) -> None:
-        """UserPromptSubmit: a block (or `continue: false`) erases the prompt and ends the
-        query `hook_stopped`, the reason shown to the user only; context is added to it."""
-        hooks = (self._cfg.settings or {}).get("hooks")
-        commands = hooks_for(hooks, USER_PROMPT_SUBMIT, None) if hooks else []
-        if not commands or not workflow.patched(HOOK_EVENTS_PATCH):
+        """SessionStart (the session's first prompt), then UserPromptSubmit: a block (or
+        `continue: false`) erases the prompt and ends the query `hook_stopped`, the reason
+        shown to the user only; what either adds to the context is added to the prompt."""
+        context = await self._session_start_context()
+        commands = self._hooks(USER_PROMPT_SUBMIT, None)
+        if context:
+            self._add_context(prompt, context)
+        if not commands:
             return
         payload = self._hook_payload(prompt=prompt)
         try:
@@ -579,13 +597,42 @@ class QueryWorkflow:
             self._state = erased.ended(Terminal.HOOK_STOPPED, message)
             return
         if result.additional_context:
-            text = prompt_with_context(prompt, result.additional_context)
-            self._state = state.model_copy(
-                update={
-                    "pending": state.pending.model_copy(update={"prompt": text}),
-                    "context_tokens": self._inp.context_tokens + estimate_text_tokens(text),
-                }
+            self._add_context(prompt, [*context, *result.additional_context])
+
+    def _add_context(self, prompt: str, context: list[str]) -> None:
+        """The pending prompt with what SessionStart / UserPromptSubmit hooks added."""
+        state = self._state
+        assert state.pending is not None
+        text = prompt_with_context(prompt, context)
+        self._state = state.model_copy(
+            update={
+                "pending": state.pending.model_copy(update={"prompt": text}),
+                "context_tokens": self._inp.context_tokens + estimate_text_tokens(text),
+            }
+        )
+
+    async def _session_start_context(self) -> list[str]:
+        """SessionStart (source `startup`) before the session's first prompt: what its hooks
+        add to Claude's context."""
+        if self._inp.session_start is None:
+            return []
+        commands = self._hooks("SessionStart", self._inp.session_start)
+        if not commands:
+            return []
+        payload = self._hook_payload(source=self._inp.session_start, model=self._cfg.model)
+        try:
+            result = await self._guarded(
+                self._hook_event("SessionStart", self._inp.session_start, commands, payload)
             )
+        except _Interrupted:
+            return []
+        return list(result.additional_context) if result is not None else []
+
+    async def _observe(self, event: str, target: str | None, **fields: Any) -> None:
+        """An event whose hooks can only observe (Notification, PostCompact, StopFailure)."""
+        commands = self._hooks(event, target)
+        if commands:
+            await self._hook_event(event, target, commands, self._hook_payload(**fields))
 
     def _discard_executors(self) -> None:
         for executor in self._executors.values():
@@ -597,6 +644,9 @@ class QueryWorkflow:
         """Claude is done: the user's Stop hooks may send it back to work, or stop the query."""
         if not workflow.patched(STOP_HOOKS_PATCH):
             self._state = self._state.at(Phase.HOOKS_PASSED)
+            return
+        if self._cfg.settings is not None and workflow.patched(STOP_HOOKS_SNAPSHOT_PATCH):
+            await self._stop_hooks_from_settings()
             return
         req = StopHooksInput(
             session_id=self._inp.session_id,
@@ -620,6 +670,33 @@ class QueryWorkflow:
             out.blocking_errors,
             out.prevent_continuation,
             out.stop_reason,
+            str(workflow.uuid4()),
+        )
+
+    async def _stop_hooks_from_settings(self) -> None:
+        """The Stop hooks of the settings snapshot, with Claude Code's input; none: no step."""
+        commands = self._hooks("Stop", None)
+        if not commands:
+            self._state = self._state.at(Phase.HOOKS_PASSED)
+            return
+        state = self._state
+        payload = self._hook_payload(
+            stop_hook_active=state.stop_hook_active,
+            last_assistant_message=state.answer.text if state.answer else "",
+        )
+        try:
+            result = await self._guarded(self._hook_event("Stop", None, commands, payload))
+        except _Interrupted:
+            self._state = self._state.at(Phase.HOOKS_PASSED)
+            return
+        if result is None:
+            self._state = self._state.at(Phase.HOOKS_PASSED)
+            return
+        self._state = after_stop_hooks(
+            self._state,
+            [result.reason] if result.blocked else [],
+            result.prevent_continuation,
+            result.stop_reason,
             str(workflow.uuid4()),
         )
 
@@ -655,6 +732,7 @@ class QueryWorkflow:
             return
         for note in out.hook_notes:
             self._emit(ProgressKind.STATUS, note, is_error=True)
+        await self._observe("PostCompact", trigger, trigger=trigger)
         self._emit(
             ProgressKind.STATUS,
             f"compacted the conversation ({trigger}): {out.pre_tokens:,} → {out.post_tokens:,} tokens",
@@ -704,6 +782,10 @@ class QueryWorkflow:
             self._emit(
                 ProgressKind.STATUS, step.message, is_error=step.terminal != Terminal.COMPLETED
             )
+        ending = self._state.ending
+        if step.terminal == Terminal.MODEL_ERROR and ending is not None:
+            kind = ending.error_type or "unknown"
+            await self._observe("StopFailure", kind, error_type=kind, error=step.message)
         state = self._state
         self._phase = "done"
         workflow.set_current_details(f"finished: {step.terminal.value}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError, FailureError
+from temporalio.exceptions import ActivityError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
@@ -16,9 +16,15 @@ with workflow.unsafe.imports_passed_through():
         SessionInput,
         SessionStatus,
     )
+    from durable_agent.engine.hooks import HookEventInput, hooks_for
     from durable_agent.engine.state import MAX_PROMPT_CHARS
     from durable_agent.names import Activities, Queries, Signals, Updates, Workflows
-    from workflows.activity_options import STORE_RETRY, STORE_TIMEOUT, end_session_processes
+    from workflows.activity_options import (
+        STORE_RETRY,
+        STORE_TIMEOUT,
+        end_session_processes,
+        run_hooks,
+    )
     from workflows.query import QueryWorkflow
 
 
@@ -144,11 +150,36 @@ class SessionWorkflow:
                 )
             runs_here += 1
             await self._run_prompt(inp, state.queued.pop(0))
+        await self._session_end_hooks()
         if workflow.patched("session-end-processes-v1"):
             # Nothing a tool of this session started outlives it (`nohup … &`, `cmd &`).
             await end_session_processes(EndProcessesInput(session_id=self._session_id))
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.status()
+
+    async def _session_end_hooks(self) -> None:
+        """SessionEnd hooks of the settings snapshot (they observe; nothing they say counts)."""
+        hooks = (self._config.settings or {}).get("hooks")
+        commands = hooks_for(hooks, "SessionEnd", "other") if hooks else []
+        if not commands or not workflow.patched("session-end-hooks-v1"):
+            return
+        perms = self._config.call.permissions
+        req = HookEventInput(
+            session_id=self._session_id,
+            workspace=self._config.workspace,
+            event="SessionEnd",
+            target="other",
+            payload={
+                "reason": "other",
+                "permission_mode": perms.mode.value if perms else "default",
+            },
+            commands=commands,
+            heartbeat_seconds=self._config.activity.tool_heartbeat_seconds,
+        )
+        try:
+            await run_hooks(req, "SessionEnd hooks")
+        except ActivityError as exc:
+            workflow.logger.warning("SessionEnd hooks failed: %s", exc)
 
     async def _run_prompt(self, inp: SessionInput, req: PromptRequest) -> None:
         state = self._state
@@ -168,6 +199,7 @@ class SessionWorkflow:
                 config=config,
                 context_tokens=state.context_tokens,
                 session_grants=list(state.session_grants),
+                session_start="startup" if index == 1 else None,
             ),
             id=child_id,
             static_summary=req.prompt[:200],

@@ -139,6 +139,8 @@ class QueryInput(BaseModel):
     """The conversation's size before this prompt (from the previous prompt's result)."""
     session_grants: list[SessionGrant] = Field(default_factory=list)
     """The session's "always" answers so far."""
+    session_start: str | None = None
+    """SessionStart's source when this prompt opens the session (`startup`); None otherwise."""
 
 
 class CompactInput(BaseModel):
