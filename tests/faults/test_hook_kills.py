@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from durable_agent.engine.contracts import SessionInput, SessionStatus
-from durable_agent.engine.state import QueryConfig, Terminal
+from durable_agent.engine.state import ModelCallConfig, QueryConfig, Terminal
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
 from tests.faults.harness import WorkerProcess, process_env, transcript_problems, wait_for
 from workflows.session import SessionWorkflow
@@ -56,7 +56,7 @@ def _marked(workspace: Path) -> bool:
 
 
 async def _kill_during_hook(
-    own_server, tmp_path: Path, event: str, turns: list[Turn]
+    own_server, tmp_path: Path, event: str, turns: list[Turn], snapshot: bool = False
 ) -> tuple[Path, SessionStatus, ReplayServer, float, list[int], list[int], dict[str, str]]:
     """Run a session whose `event` hook marks and sleeps; once it has marked, start a second
     worker, and when that one polls SIGKILL the first; how long the session took after the kill."""
@@ -75,6 +75,10 @@ async def _kill_during_hook(
             )
             sid = f"hook-kill-{uuid.uuid4()}"
             config = QueryConfig(workspace=str(workspace))  # default heartbeat timeouts
+            if snapshot:  # as the CLI runs it: the hooks from the prompt's settings snapshot
+                settings = json.loads((workspace / ".claude" / "settings.json").read_text())
+                call = ModelCallConfig(tool_hooks=settings["hooks"])
+                config = QueryConfig(workspace=str(workspace), settings=settings, call=call)
             handle = await client.start_workflow(
                 SessionWorkflow.run,
                 SessionInput(
@@ -143,4 +147,21 @@ async def test_worker_killed_during_a_pre_compact_hook(own_server, tmp_path):
     assert result.compactions == 1 and result.final_text == "done"
     assert len(api.requests) == 3  # one summary request: the retry did not re-summarise
     assert "<summary></summary> tags" in json.dumps(api.requests[1]["messages"][-1])
+    _check_after(workspace, env, recovered, left)
+
+
+async def test_worker_killed_during_a_pre_tool_use_hook(own_server, tmp_path):
+    """The lost attempt's PreToolUse verdict is unknown: the hook is not run again, and the
+    call it guarded does not run either (an unknown verdict never lets a call through)."""
+    turns = [tool_turn([("b1", "Bash", {"command": "echo ran >> tool-marker"})]), text_turn("done")]
+    workspace, status, api, recovered, orphans, left, env = await _kill_during_hook(
+        own_server, tmp_path, "PreToolUse", turns, snapshot=True
+    )
+    assert orphans, "the killed worker's hook should still have been running"
+    result = status.last_result
+    assert result is not None and result.terminal == Terminal.COMPLETED
+    assert result.final_text == "done" and len(api.requests) == 2
+    assert not (workspace / "tool-marker").exists()
+    told = json.dumps(api.requests[1]["messages"][-1])
+    assert "Blocked by a PreToolUse hook" in told and "not re-run" in told
     _check_after(workspace, env, recovered, left)
