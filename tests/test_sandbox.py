@@ -181,6 +181,30 @@ def test_a_denied_file_reads_empty(ws):
 
 
 @needs_bwrap
+def test_edit_deny_rules_make_paths_read_only_to_every_command(ws):
+    """`Edit(...)` deny rules hold for Bash too: what they name reads as it is and cannot be
+    changed, created inside or removed; the rest of the workspace stays writable."""
+    from activities.tools.sandbox import policy_for
+    from durable_agent.engine.permissions import PermissionContext, PermissionRules, parse_rule
+    from durable_agent.engine.permissions import SandboxSpec as Spec
+
+    (ws / "ci").mkdir()
+    (ws / "ci" / "deploy.yml").write_text("stage: prod\n")
+    rules = PermissionRules(deny=[parse_rule("Edit(./ci/**)"), parse_rule("Write(./public.txt)")])
+    ctx = PermissionContext(cwd=str(ws), home=str(ws.parent), rules=rules)
+    frozen = policy_for(Spec(), ctx, str(ws))
+    assert sorted(frozen.deny_write) == [str(ws / "ci"), str(ws / "public.txt")]
+    done = sh("cat ci/deploy.yml public.txt", frozen)
+    assert done.stdout == "stage: prod\nhello\n", done.stderr
+    for change in ("echo x >> ci/deploy.yml", "touch ci/new.yml", "rm ci/deploy.yml",
+                   "echo x > public.txt", "python3 -c \"open('public.txt', 'w')\""):  # fmt: skip
+        assert sh(change, frozen).returncode != 0, change
+    assert (ws / "ci" / "deploy.yml").read_text() == "stage: prod\n"
+    assert (ws / "public.txt").read_text() == "hello\n" and not (ws / "ci" / "new.yml").exists()
+    assert sh("echo ok > other.txt", frozen).returncode == 0  # the rest of the workspace
+
+
+@needs_bwrap
 def test_denied_paths_are_covered_through_symlinks(ws, tmp_path):
     (ws / "rel").symlink_to("secrets")
     (ws / "abs").symlink_to(ws / "secrets")

@@ -56,9 +56,11 @@ class SandboxPolicy(BaseModel):
     """Folders the command may write besides the workspace (`--add-dir`)."""
     deny_read: list[str] = []
     """Absolute paths (files or directories) no command may read, resolved by the caller."""
+    deny_write: list[str] = []
+    """Absolute paths no command may change (`Edit(...)` deny rules), though writable around."""
     allow_network: bool = False
 
-    @field_validator("deny_read")
+    @field_validator("deny_read", "deny_write")
     @classmethod
     def _absolute(cls, paths: list[str]) -> list[str]:
         # A relative path would be resolved against the worker's directory, not the rule's:
@@ -85,41 +87,48 @@ def policy_for(spec: SandboxSpec, ctx: PermissionContext | None, workspace: str)
     does not run rather than run with the rule unenforced."""
     writable = [*(ctx.additional_directories if ctx else []), *spec.allow_write]
     deny = list(spec.deny_read)
+    frozen: list[str] = []
     if ctx is not None:
-        deny += _read_denied_paths(ctx)
+        deny += _denied_paths(ctx, "Read")
+        frozen = _denied_paths(ctx, "Edit")
     return SandboxPolicy(
-        workspace=workspace, writable=writable, deny_read=deny, allow_network=spec.allow_network
+        workspace=workspace,
+        writable=writable,
+        deny_read=deny,
+        deny_write=frozen,
+        allow_network=spec.allow_network,
     )
 
 
-def _read_denied_paths(ctx: PermissionContext) -> list[str]:
+def _denied_paths(ctx: PermissionContext, family: str) -> list[str]:
+    """The existing paths the `family` ("Read" or "Edit") deny rules match."""
     found: list[str] = []
     budget = MAX_SCAN_ENTRIES
-    for root, exact in read_deny_roots(ctx):
+    for root, exact in read_deny_roots(ctx, family):
         if exact:
             found.append(root)
             continue
         if root == "/":
             continue  # a rule on the whole Read tool names no path a mount could cover
-        if read_denied(root, ctx):
+        if read_denied(root, ctx, family):
             found.append(root)
             continue
         for folder, dirs, files in os.walk(root):
             budget -= len(dirs) + len(files)
             if budget < 0:
                 raise SandboxUnavailable(
-                    f"a Read deny rule matches too widely to enforce in the sandbox (more "
+                    f"a {family} deny rule matches too widely to enforce in the sandbox (more "
                     f"than {MAX_SCAN_ENTRIES:,} entries under {root}); name the paths more "
                     f"narrowly"
                 )
             for name in files:
                 path = os.path.join(folder, name)
-                if read_denied(path, ctx):
+                if read_denied(path, ctx, family):
                     found.append(path)
             kept = []
             for name in dirs:
                 path = os.path.join(folder, name)
-                if read_denied(path, ctx):
+                if read_denied(path, ctx, family):
                     found.append(path)  # covered whole: no need to look inside
                 else:
                     kept.append(name)
@@ -192,6 +201,8 @@ def sandbox_argv(argv: list[str], policy: SandboxPolicy) -> list[str]:
             writable.append(real)
     for folder in writable:
         out += ["--bind", folder, folder]
+    for path in _deny_targets(policy.deny_write):  # readable as they are, never changed
+        out += ["--ro-bind", path, path]
     for path in _deny_targets(policy.deny_read):
         if os.path.isdir(path):
             out += ["--tmpfs", path, "--remount-ro", path]

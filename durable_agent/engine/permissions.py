@@ -682,20 +682,21 @@ def _path_rule_matches(rule: Rule, path: str, ctx: PermissionContext) -> bool:
     return re.fullmatch(regex + "(?:/.*)?", path, re.DOTALL) is not None
 
 
-def read_denied(path: str, ctx: PermissionContext) -> bool:
+def read_denied(path: str, ctx: PermissionContext, family: str = "Read") -> bool:
     """Whether a `Read(...)` deny rule covers `path` (absolute, or relative to cwd): what the
-    search tools leave out of their results and the sandbox makes unreadable."""
+    search tools leave out of their results and the sandbox makes unreadable. With family
+    "Edit": whether an `Edit(...)` deny rule does (the sandbox makes it read-only)."""
     path = normalize_path(path, ctx)
-    return any(_path_rule_matches(r, path, ctx) for r in _rules_for("Read", ctx.rules.deny))
+    return any(_path_rule_matches(r, path, ctx) for r in _deny_family(family, ctx))
 
 
-def read_deny_roots(ctx: PermissionContext) -> list[tuple[str, bool]]:
-    """Where the `Read(...)` deny rules can match, one entry per rule: an absolute path and
-    whether it is exact (the rule names that path, or everything under it) or a folder to
-    search for matches (the rule has wildcards, or matches at any depth). A rule on the whole
-    tool (`Read`) gives ("/", False)."""
+def read_deny_roots(ctx: PermissionContext, family: str = "Read") -> list[tuple[str, bool]]:
+    """Where the `Read(...)` (or `Edit(...)`) deny rules can match, one entry per rule: an
+    absolute path and whether it is exact (the rule names that path, or everything under it)
+    or a folder to search for matches (the rule has wildcards, or matches at any depth). A rule
+    on the whole tool (`Read`) gives ("/", False)."""
     roots: list[tuple[str, bool]] = []
-    for rule in _rules_for("Read", ctx.rules.deny):
+    for rule in _deny_family(family, ctx):
         if rule.specifier is None:
             roots.append(("/", False))
             continue
@@ -715,6 +716,17 @@ def read_deny_roots(ctx: PermissionContext) -> list[tuple[str, bool]]:
         else:
             roots.append((absolute, True))
     return roots
+
+
+def _deny_family(family: str, ctx: PermissionContext) -> list[Rule]:
+    """The deny rules on reading ("Read": `Read(...)` rules) or on changing files ("Edit":
+    the rules of every edit tool, `Edit(...)`, `Write(...)`, `NotebookEdit(...)`)."""
+    if family != "Edit":
+        return _rules_for(family, ctx.rules.deny)
+    found: list[Rule] = []
+    for tool in EDIT_TOOLS:
+        found += [r for r in _rules_for(tool, ctx.rules.deny) if r not in found]
+    return found
 
 
 def _wild(text: str) -> bool:
