@@ -13,7 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from activities.hooks import run_hooks
+from activities.hooks import run_commands, run_hooks
 from activities.model import (
     MalformedResponse,
     ModelActivities,
@@ -149,10 +149,16 @@ class CompactionActivities:
             "trigger": "auto" if req.trigger == "auto" else "manual",
             "custom_instructions": "",
         }
-        outcomes = await run_hooks(
-            "PreCompact", payload["trigger"], payload, Path(req.workspace),
-            self.store.hook_ledger(req.session_id),
-        )  # fmt: skip
+        ledger = self.store.hook_ledger(req.session_id)
+        if req.pre_compact is not None:  # chosen from the prompt's settings snapshot
+            body = {**payload, "hook_event_name": "PreCompact", "cwd": req.workspace}
+            outcomes = await run_commands(
+                req.pre_compact, "PreCompact", body, Path(req.workspace), ledger, req.session_id
+            )
+        else:  # histories from before the snapshot: the settings files, as then
+            outcomes = await run_hooks(
+                "PreCompact", payload["trigger"], payload, Path(req.workspace), ledger
+            )
         return [
             f"PreCompact hook `{o.command}` exited {o.exit_code}: {o.stderr.strip()}"
             for o in outcomes

@@ -705,6 +705,7 @@ class QueryWorkflow:
         ends the prompt); failed, autocompact counts a failure, reactive gives up."""
         cfg, state = self._cfg, self._state
         trigger = "reactive" if reactive else "auto"
+        matcher = "manual" if reactive else "auto"  # the hooks' `trigger` (PreCompact's too)
         self._phase = "compacting"
         workflow.set_current_details(f"compacting {state.context_tokens:,} tokens ({trigger})")
         req = CompactInput(
@@ -719,6 +720,7 @@ class QueryWorkflow:
             summary_uuid=str(workflow.uuid4()),
             trigger=trigger,
             pre_tokens=state.context_tokens,
+            pre_compact=None if cfg.settings is None else self._hooks("PreCompact", matcher),
         )
         try:
             out = await self._guarded(steps.autocompact(req, cfg))
@@ -732,7 +734,7 @@ class QueryWorkflow:
             return
         for note in out.hook_notes:
             self._emit(ProgressKind.STATUS, note, is_error=True)
-        await self._observe("PostCompact", trigger, trigger=trigger)
+        await self._observe("PostCompact", matcher, trigger=matcher)
         self._emit(
             ProgressKind.STATUS,
             f"compacted the conversation ({trigger}): {out.pre_tokens:,} → {out.post_tokens:,} tokens",

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from durable_agent.engine.hooks import HookCommandSpec
 from durable_agent.engine.messages import Usage
 from durable_agent.engine.permissions import PermissionContext, SandboxSpec, SessionGrant
 from durable_agent.engine.request import ModelRequest
@@ -157,6 +158,9 @@ class CompactInput(BaseModel):
     summary_uuid: str
     trigger: str
     pre_tokens: int
+    pre_compact: list[HookCommandSpec] | None = None
+    """The PreCompact handlers of the prompt's settings snapshot; None (histories from before
+    the snapshot): the activity reads the settings files."""
 
 
 class CompactOutput(BaseModel):

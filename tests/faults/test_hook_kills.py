@@ -20,6 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import ModelCallConfig, QueryConfig, Terminal
+from durable_agent.engine.tool_hooks import tool_hook_settings
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
 from tests.faults.harness import WorkerProcess, process_env, transcript_problems, wait_for
 from workflows.session import SessionWorkflow
@@ -77,7 +78,7 @@ async def _kill_during_hook(
             config = QueryConfig(workspace=str(workspace))  # default heartbeat timeouts
             if snapshot:  # as the CLI runs it: the hooks from the prompt's settings snapshot
                 settings = json.loads((workspace / ".claude" / "settings.json").read_text())
-                call = ModelCallConfig(tool_hooks=settings["hooks"])
+                call = ModelCallConfig(tool_hooks=tool_hook_settings(settings["hooks"]))
                 config = QueryConfig(workspace=str(workspace), settings=settings, call=call)
             handle = await client.start_workflow(
                 SessionWorkflow.run,
@@ -139,7 +140,7 @@ async def test_worker_killed_during_a_pre_compact_hook(own_server, tmp_path):
         text_turn("done"),
     ]
     workspace, status, api, recovered, orphans, left, env = await _kill_during_hook(
-        own_server, tmp_path, "PreCompact", turns
+        own_server, tmp_path, "PreCompact", turns, snapshot=True
     )
     assert orphans, "the killed worker's hook should still have been running"
     result = status.last_result
