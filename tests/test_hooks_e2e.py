@@ -4,11 +4,14 @@ the workspace's `.claude/settings.json` written as Claude Code's hooks documenta
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
-from durable_agent.replay import ErrorReply, Turn, text_turn, tool_turn
+from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
+from tests.test_cli import cli_env
 from tests.test_permissions_e2e import results_sent, run, text_of
 
 # The "Bash command validator" of Claude Code's hooks reference (PreToolUse, exit 2 blocks the
@@ -190,3 +193,61 @@ def test_a_user_prompt_submit_block_erases_the_prompt(dev_env, tmp_path):
     assert result["terminal"] == "hook_stopped", (result, stderr)
     assert "prompts are frozen during the release" in result["message"]
     assert server.requests == []  # the prompt never reached Claude
+
+
+SUMMARY = "<summary>1. Request and intent: list files. 7. Next step: finish.</summary>"
+
+
+def test_session_start_runs_again_after_a_compaction_with_source_compact(dev_env, tmp_path):
+    again = hook("cat > compact-stdin.json; echo 'reloaded: coding rules v3'", "compact")
+    ws = hooked_workspace(tmp_path, {"SessionStart": [again]}, {})
+    turns = [
+        tool_turn([("g1", "Glob", {"pattern": "*"})], input_tokens=170_000),  # over the threshold
+        text_turn(SUMMARY),
+        text_turn("done"),
+    ]
+    result, server, stderr = run(dev_env, tmp_path, ws, turns)
+    assert result["terminal"] == "completed" and result["compactions"] == 1, (result, stderr)
+    assert "reloaded: coding rules v3" not in json.dumps(server.requests[:2])
+    assert "reloaded: coding rules v3" in sent_text(server, 2)  # right after the summary
+    assert json.loads((ws / "compact-stdin.json").read_text())["source"] == "compact"
+
+
+async def test_session_start_resume_when_a_chat_comes_back_to_its_session(dev_env, tmp_path):
+    from durable_agent.cli.args import controls_for
+    from durable_agent.cli.args import parser as cli_parser
+    from durable_agent.engine.contracts import SessionInput
+    from durable_agent.engine.state import ModelCallConfig, QueryConfig
+    from tests.test_sessions_queue import _chat
+    from workflows.session import SessionWorkflow
+
+    resumed = hook("cat > resume-stdin.json; echo 'welcome back'", "resume")
+    ws = hooked_workspace(tmp_path, {"SessionStart": [resumed]}, {})
+    controls = controls_for(cli_parser().parse_args(["chat", "--workspace", str(ws)]), ws)
+    config = QueryConfig(
+        workspace=str(ws), settings=controls.settings, call=ModelCallConfig(tool_hooks=None)
+    )
+    sid = f"resume-{uuid.uuid4().hex[:8]}"
+    queue = f"durable-agent-session-{sid}"  # as `chat` names it
+    await dev_env.client.start_workflow(
+        SessionWorkflow.run,
+        SessionInput(session_id=sid, config=config, initial_prompt="zero"),
+        id=sid,
+        task_queue=queue,
+        memo={"task_queue": queue, "base_url": "http://recorded.invalid", "command": "chat"},
+    )
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    # Prompt 1 ("zero") is the session's startup (no hook matches); the chat that comes back
+    # to it sends "one" with source resume, and "two" with none.
+    turns = [text_turn("first"), text_turn("again"), text_turn("third")]
+    with ReplayServer(turns) as api:
+        env["ANTHROPIC_BASE_URL"] = api.base_url
+        proc = await asyncio.to_thread(_chat, env, ["--session", sid], "one\ntwo\n")
+    assert proc.returncode == 0, proc.stderr
+    said = [sent_text(api, i) for i in range(3)]
+    assert ["welcome back" in text for text in said] == [False, True, False], said
+    assert json.loads((ws / "resume-stdin.json").read_text())["source"] == "resume"

@@ -570,7 +570,7 @@ class QueryWorkflow:
         """SessionStart (the session's first prompt), then UserPromptSubmit: a block (or
         `continue: false`) erases the prompt and ends the query `hook_stopped`, the reason
         shown to the user only; what either adds to the context is added to the prompt."""
-        context = await self._session_start_context()
+        context = await self._session_start_context(self._inp.session_start)
         commands = self._hooks(USER_PROMPT_SUBMIT, None)
         if context:
             self._add_context(prompt, context)
@@ -611,18 +611,17 @@ class QueryWorkflow:
             }
         )
 
-    async def _session_start_context(self) -> list[str]:
-        """SessionStart (source `startup`) before the session's first prompt: what its hooks
+    async def _session_start_context(self, source: str | None) -> list[str]:
+        """SessionStart hooks (source `startup` before a session's first prompt, `resume`
+        before the first one a returning CLI sends, `compact` after a compaction): what they
         add to Claude's context."""
-        if self._inp.session_start is None:
-            return []
-        commands = self._hooks("SessionStart", self._inp.session_start)
+        commands = self._hooks("SessionStart", source) if source is not None else []
         if not commands:
             return []
-        payload = self._hook_payload(source=self._inp.session_start, model=self._cfg.model)
+        payload = self._hook_payload(source=source, model=self._cfg.model)
         try:
             result = await self._guarded(
-                self._hook_event("SessionStart", self._inp.session_start, commands, payload)
+                self._hook_event("SessionStart", source, commands, payload)
             )
         except _Interrupted:
             return []
@@ -748,6 +747,16 @@ class QueryWorkflow:
             str(workflow.uuid4()),
             reactive,
         )
+        context = await self._session_start_context("compact")
+        if context:  # SessionStart "compact": its context follows the summary
+            text = prompt_with_context("", context).strip()
+            pending = PendingUser(
+                uuid=str(workflow.uuid4()), parent_uuid=self._state.head_uuid, prompt=text
+            )
+            tokens = self._state.context_tokens + estimate_text_tokens(text)
+            self._state = self._state.model_copy(
+                update={"pending": pending, "context_tokens": tokens}
+            )
 
     async def _drain(self, target_tokens: int) -> None:
         state = self._state

@@ -199,7 +199,7 @@ class SessionWorkflow:
                 config=config,
                 context_tokens=state.context_tokens,
                 session_grants=list(state.session_grants),
-                session_start="startup" if index == 1 else None,
+                session_start="startup" if index == 1 else req.session_start,
             ),
             id=child_id,
             static_summary=req.prompt[:200],

@@ -80,13 +80,16 @@ async def chat(
     console.info(f"session {session_id}: one prompt per line; /exit or end of input to finish")
     detached = asyncio.Event()
     install_interrupt(lambda: asyncio.ensure_future(handle.signal(Signals.INTERRUPT)), detached.set)
+    started = memo is not None  # a new session's first prompt is its "startup"
     while not detached.is_set():
         line = await read_line("› ")
         if line is None or line.strip() in EXIT_WORDS:
             break
         if not line.strip():
             continue
-        request = PromptRequest(prompt=line)
+        # The first prompt of a CLI that came back to a running session: SessionStart "resume".
+        request = PromptRequest(prompt=line, session_start=None if started else "resume")
+        started = True
         update_id = f"prompt-{uuid.uuid4()}"  # the same id on a retry: sent once, not twice
 
         def submit(request: PromptRequest = request, update_id: str = update_id) -> Any:

@@ -141,7 +141,8 @@ class QueryInput(BaseModel):
     session_grants: list[SessionGrant] = Field(default_factory=list)
     """The session's "always" answers so far."""
     session_start: str | None = None
-    """SessionStart's source when this prompt opens the session (`startup`); None otherwise."""
+    """SessionStart's source when this prompt opens the session (`startup`) or a CLI's return
+    to it (`resume`); None otherwise."""
 
 
 class CompactInput(BaseModel):
@@ -186,6 +187,9 @@ class PlanCollapseOutput(BaseModel):
 class PromptRequest(BaseModel):
     prompt: str
     max_turns: int | None = None
+    session_start: str | None = None
+    """`resume`: the first prompt a CLI sends to a session it re-attached to (SessionStart
+    hooks run with that source first)."""
 
 
 class SessionState(BaseModel):
