@@ -331,3 +331,24 @@ def test_additional_directories_are_absolute_and_listed_once():
     merged = merge([_project({"permissions": {"additionalDirectories": ["../lib", "~/notes"]}})])
     ctx = permission_context(merged, cwd="/w/app", home="/h", add_dirs=["/w/lib", "/w/app"])
     assert ctx.additional_directories == ["/w/lib", "/h/notes"]
+
+
+def test_sandbox_settings_become_the_sandbox_spec(tmp_path):
+    from durable_agent.engine.settings import sandbox_spec
+
+    ws = tmp_path / "ws"
+    sandbox = {
+        "enabled": True,
+        "filesystem": {"allowWrite": ["~/.cache/x"], "denyRead": ["./.env"], "denyWrite": ["ci"]},
+        "network": {"allowedDomains": ["github.com"]},
+    }
+    spec = sandbox_spec(load_settings(ws, json.dumps({"sandbox": sandbox})), cwd=str(ws), home="/h")
+    assert spec is not None and spec.allow_write == ["/h/.cache/x"]
+    assert spec.deny_read == [f"{ws}/.env"] and spec.deny_write == [f"{ws}/ci"]
+    assert not spec.allow_network  # a domain list is not "all of it": the network stays off
+    sandbox["network"] = {"allowedDomains": ["*"]}
+    spec = sandbox_spec(load_settings(ws, json.dumps({"sandbox": sandbox})), cwd=str(ws), home="/h")
+    assert spec is not None and spec.allow_network
+    off = load_settings(ws, json.dumps({"sandbox": {"enabled": False}}))
+    assert sandbox_spec(off, cwd=str(ws), home="/h") is None
+    assert sandbox_spec(off, enabled=True, cwd=str(ws), home="/h") is not None  # --sandbox

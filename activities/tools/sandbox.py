@@ -87,10 +87,10 @@ def policy_for(spec: SandboxSpec, ctx: PermissionContext | None, workspace: str)
     does not run rather than run with the rule unenforced."""
     writable = [*(ctx.additional_directories if ctx else []), *spec.allow_write]
     deny = list(spec.deny_read)
-    frozen: list[str] = []
+    frozen = list(spec.deny_write)
     if ctx is not None:
         deny += _denied_paths(ctx, "Read")
-        frozen = _denied_paths(ctx, "Edit")
+        frozen += _denied_paths(ctx, "Edit")
     return SandboxPolicy(
         workspace=workspace,
         writable=writable,

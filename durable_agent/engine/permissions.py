@@ -80,7 +80,10 @@ class SandboxSpec(BaseModel):
     """Absolute folders writable besides the working directories (filesystem.allowWrite)."""
     deny_read: list[str] = Field(default_factory=list)
     """Absolute paths unreadable besides those of Read deny rules (filesystem.denyRead)."""
+    deny_write: list[str] = Field(default_factory=list)
+    """Absolute paths read-only besides those of Edit deny rules (filesystem.denyWrite)."""
     allow_network: bool = False
+    """All network (settings `network.allowedDomains: ["*"]`); a domain list is not built."""
 
 
 class Decision(BaseModel):

@@ -361,8 +361,9 @@ def sandbox_spec(
 ) -> SandboxSpec | None:
     """The Bash sandbox when `sandbox.enabled` (or `--sandbox`, `enabled`) turns it on, else
     None. `filesystem.allowWrite`/`denyRead` paths: `~/` from home, absolute (`/x` or `//x`),
-    else relative to cwd. The network stays off: a sandbox with a domain allow list would need
-    a filtering proxy, which is not built, and the safer reading of a list is "not the rest"."""
+    else relative to cwd. The network is off unless `network.allowedDomains` holds "*" (all of
+    it): a list of domains would need a filtering proxy, which is not built, and the safer
+    reading of a list is "not the rest"."""
     sandbox = merged.settings.sandbox
     if not (enabled or sandbox.enabled):
         return None
@@ -370,6 +371,8 @@ def sandbox_spec(
     return SandboxSpec(
         allow_write=[_absolute(p, cwd, home) for p in fs.allow_write],
         deny_read=[_absolute(p, cwd, home) for p in fs.deny_read],
+        deny_write=[_absolute(p, cwd, home) for p in fs.deny_write],
+        allow_network="*" in sandbox.network.allowed_domains,
     )
 
 
