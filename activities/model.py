@@ -10,6 +10,7 @@ import asyncio
 import json
 import platform
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -89,11 +90,15 @@ def default_client(opts: ClientOptions) -> anthropic.AsyncAnthropic:
 
 
 def system_prompt(config: ModelCallConfig, workspace: str) -> str:
+    """Ours (or `--system-prompt`'s, which replaces it), the plan-mode note, then the text of
+    `--append-system-prompt`."""
     parts = [
         BASE_SYSTEM_PROMPT,
         f"Workspace (working directory of every tool): {workspace}\n"
         f"Platform: {platform.system().lower()}",
     ]
+    if config.base_system_prompt is not None:
+        parts = [config.base_system_prompt] if config.base_system_prompt else []
     if config.permissions is not None and config.permissions.mode == PermissionMode.PLAN:
         parts.append(PLAN_MODE_PROMPT)
     if config.system_prompt:
@@ -398,6 +403,7 @@ class ModelActivities:
         """Stream the request; store and describe the answer, or classify the failure."""
         info = activity.info()
         key = (req.session_id, req.assistant_uuid)
+        sent = time.monotonic()
         try:
             final = self._received.get(key) or await self._stream(request, track, req, in_step)
         except (
@@ -429,10 +435,20 @@ class ModelActivities:
                 "the API sent content blocks of unknown types %s; they are left out", unknown
             )
             span.add_event("unknown_content_blocks", {"types": unknown})
+        usage = Usage(
+            input_tokens=final.usage.input_tokens,
+            output_tokens=final.usage.output_tokens,
+            cache_creation_input_tokens=final.usage.cache_creation_input_tokens or 0,
+            cache_read_input_tokens=final.usage.cache_read_input_tokens or 0,
+        )
         message = Message.model_validate(
             {
                 "role": "assistant",
                 "content": [b.model_dump() for b in final.content if b.type in KNOWN_BLOCK_TYPES],
+                "id": final.id,
+                "model": final.model or req.request.model,
+                "stop_reason": final.stop_reason,
+                "usage": usage,
             }
         )
         self._received[key] = final
@@ -446,17 +462,13 @@ class ModelActivities:
         return CallModelOutput(
             assistant_uuid=req.assistant_uuid,
             stop_reason=final.stop_reason,
-            usage=Usage(
-                input_tokens=final.usage.input_tokens,
-                output_tokens=final.usage.output_tokens,
-                cache_creation_input_tokens=final.usage.cache_creation_input_tokens or 0,
-                cache_read_input_tokens=final.usage.cache_read_input_tokens or 0,
-            ),
+            usage=usage,
             text=message.text()[:TEXT_PREVIEW_CHARS],
             tool_calls=[_tool_call(b.id, b.name, b.input, req) for b in message.tool_uses()],
             model=final.model or req.request.model,
             attempt=info.attempt,
             tool_results=tool_results,
+            api_duration_ms=int((time.monotonic() - sent) * 1000),
         )
 
     def _in_step(self, req: CallModelInput, block: ToolUseBlock) -> bool:

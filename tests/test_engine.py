@@ -164,7 +164,7 @@ def test_a_flat_config_from_an_old_history_validates_to_the_same_values():
     # unset (its tools ran unchecked, unsandboxed, with no tool hooks, nobody asked)
     expected = {k: v for k, v in OLD_FLAT_CONFIG.items() if k != "streaming_tool_execution"}
     added: dict[str, object] = {"permissions": None, "tool_hooks": None, "sandbox": None}
-    added.update(settings=None, approvals=False)
+    added.update(settings=None, approvals=False, base_system_prompt=None)
     assert _leaves(cfg) == {**expected, "eager_tools": "none", **added}
     assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "none"
     assert QueryConfig(eager_tools="all").call.eager_tools == "all"

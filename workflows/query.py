@@ -817,4 +817,5 @@ class QueryWorkflow:
             retries=dict(state.retries),
             permission_denials=list(state.permission_denials),
             session_grants=list(state.session_grants),
+            api_duration_ms=state.api_duration_ms,
         )

@@ -3,8 +3,9 @@
 The package's layers, each importing only the ones below it (tests/test_cli_imports.py):
 
 - this module: `main` (parse, dispatch to the command's module), `hard_exit`;
-- the commands: `commands` (run, resume, demo, server, status, interrupt, list), `chat`
-  (chat, tail);
+- the commands: `commands` (run, resume, demo, server, status, interrupt, approve, list),
+  `chat` (chat, tail), `claude` (Claude Code's own command line: `durable-agent -p …`);
+- `approving` (answering tool calls that wait for a person);
 - what the commands share: `serving` (config, client and in-process worker for a command),
   `watching` (following a prompt), `connect`, `sessions` (ids, task queues, memo),
   `reconnect` (riding out an outage), `args` (parser and QueryConfig), `console`, `errors`.
@@ -31,6 +32,9 @@ __all__ = ["CliError", "build_config", "hard_exit", "main", "parser"]
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if _claude_invocation(argv):
+        hard_exit(_run_claude(argv))
     args = parser().parse_args(argv)
     if args.command is None:
         parser().print_help()
@@ -42,6 +46,22 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = EXIT_DETACHED
     hard_exit(code)
+
+
+def _claude_invocation(argv: list[str]) -> bool:
+    return bool(argv) and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")
+
+
+def _run_claude(argv: list[str]) -> int:
+    """Claude Code's command line (`durable-agent -p …`, the Agent SDK's `cli_path`)."""
+    from durable_agent.cli import claude
+
+    try:
+        return asyncio.run(claude.cmd_claude(argv))
+    except CliError as exc:
+        return fail(str(exc), exc.hint)
+    except KeyboardInterrupt:
+        return EXIT_DETACHED
 
 
 def command(name: str) -> Callable[[Namespace], Coroutine[Any, Any, int]]:

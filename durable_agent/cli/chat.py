@@ -9,8 +9,8 @@ import sys
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from durable_agent.cli.approving import ask_in_terminal
 from durable_agent.cli.connect import connect
@@ -19,7 +19,7 @@ from durable_agent.cli.errors import EXIT_DETACHED, CliError
 from durable_agent.cli.reconnect import riding_out
 from durable_agent.cli.serving import prepared, serving
 from durable_agent.cli.sessions import find_session, new_session_id, new_session_queue, session_memo
-from durable_agent.cli.watching import idle_hint, install_interrupt, watch
+from durable_agent.cli.watching import idle_hint, install_interrupt, query_result, watch
 from durable_agent.engine.contracts import (
     PromptAccepted,
     PromptRequest,
@@ -42,17 +42,6 @@ async def read_line(prompt: str) -> str | None:
         return line.rstrip("\n") if line else None
 
     return await asyncio.to_thread(read)
-
-
-async def query_result(child: WorkflowHandle[Any, QueryResult]) -> QueryResult:
-    """The prompt's result; its workflow starts just after the Update returns."""
-    while True:
-        try:
-            return await child.result()
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-            await asyncio.sleep(0.1)
 
 
 async def chat(

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import telemetry
 from durable_agent.cli.console import Console
@@ -18,7 +18,13 @@ from durable_agent.cli.errors import EXIT_DETACHED, EXIT_STOPPED, CliError
 from durable_agent.cli.reconnect import is_outage, riding_out
 from durable_agent.cli.sessions import new_session_id, query_workflow_id
 from durable_agent.engine.contracts import SessionInput, SessionStatus
-from durable_agent.engine.state import ProgressEvent, ProgressKind, QueryConfig, Terminal
+from durable_agent.engine.state import (
+    ProgressEvent,
+    ProgressKind,
+    QueryConfig,
+    QueryResult,
+    Terminal,
+)
 from durable_agent.names import Queries, Signals, Workflows
 
 T = TypeVar("T")
@@ -187,3 +193,14 @@ async def _show_events(
         console.event(event)
         since = event.index + 1
     return since, any(e.kind == ProgressKind.APPROVAL for e in events)
+
+
+async def query_result(child: WorkflowHandle[Any, QueryResult]) -> QueryResult:
+    """The prompt's result; its workflow starts just after the Update returns."""
+    while True:
+        try:
+            return await child.result()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            await asyncio.sleep(0.1)

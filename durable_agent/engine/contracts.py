@@ -60,6 +60,8 @@ class CallModelOutput(BaseModel):
     """The activity attempt that produced this message (its early tools are the valid ones)."""
     tool_results: list[RunToolOutput] = Field(default_factory=list)
     """The tool calls this step ran itself (`run_read_only_tools`), stored under their run_id."""
+    api_duration_ms: int = 0
+    """From sending the request to the end of the answer's stream (this attempt)."""
 
 
 class ToolReady(BaseModel):

@@ -37,7 +37,13 @@ from durable_agent.engine.state import (
 def record_usage(state: State, out: CallModelOutput) -> State:
     by_model = dict(state.usage_by_model)
     by_model[out.model] = by_model.get(out.model, Usage()) + out.usage
-    return state.model_copy(update={"usage": state.usage + out.usage, "usage_by_model": by_model})
+    return state.model_copy(
+        update={
+            "usage": state.usage + out.usage,
+            "usage_by_model": by_model,
+            "api_duration_ms": state.api_duration_ms + out.api_duration_ms,
+        }
+    )
 
 
 def after_model_response(

@@ -67,17 +67,6 @@ ContentBlock = Annotated[
 ]
 
 
-class Message(BaseModel):
-    role: Literal["user", "assistant"]
-    content: list[ContentBlock]
-
-    def tool_uses(self) -> list[ToolUseBlock]:
-        return [b for b in self.content if isinstance(b, ToolUseBlock)]
-
-    def text(self) -> str:
-        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
-
-
 class Usage(BaseModel):
     """Token usage of one model call, cache tokens included."""
 
@@ -94,6 +83,23 @@ class Usage(BaseModel):
             + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
         )
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant"]
+    content: list[ContentBlock]
+    id: str | None = None
+    """An assistant message's id, model, stop_reason and usage as the API gave them (for the
+    transcript and the stream-json front-end; never sent back to the API)."""
+    model: str | None = None
+    stop_reason: str | None = None
+    usage: Usage | None = None
+
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
 
 
 class CompactMetadata(BaseModel):

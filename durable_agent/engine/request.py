@@ -90,6 +90,8 @@ def build_request(
         "messages": messages,
         "tools": [TOOL_SPECS[n].api_tool() for n in tools if n in TOOL_SPECS],
     }
+    if not system:  # `--system-prompt ""`: none at all (the API takes no empty text block)
+        del request["system"]
     if req.thinking_budget is not None:
         request["thinking"] = {"type": "enabled", "budget_tokens": req.thinking_budget}
         request["max_tokens"] = max(req.max_tokens, req.thinking_budget + THINKING_HEADROOM)

@@ -92,6 +92,8 @@ class ModelCallConfig(BaseModel):
 
     system_prompt: str | None = None
     """Extra system prompt text appended to the built-in one."""
+    base_system_prompt: str | None = None
+    """Replaces the built-in system prompt (`--system-prompt`; "" sends none)."""
     tools: tuple[str, ...] = tuple(name.value for name in ToolName)
     """Names of the tools offered to the model."""
     query_source: str = "sdk"
@@ -376,6 +378,8 @@ class State(BaseModel):
     stop_hook_active: bool = False
     budget_tracker: BudgetTracker = BudgetTracker()
     permission_denials: tuple[PermissionDenial, ...] = ()
+    api_duration_ms: int = 0
+    """Time the model calls took (request to the end of the stream), summed."""
     session_grants: tuple[SessionGrant, ...] = ()
     """What the user allowed by answering "always for this session" (the session's earlier
     prompts' answers included): a later call of the session that would ask is checked with them."""
@@ -461,3 +465,5 @@ class QueryResult(BaseModel):
     permission_denials: list[PermissionDenial] = Field(default_factory=list)
     session_grants: list[SessionGrant] = Field(default_factory=list)
     """The session's "always" answers after this prompt (the next prompt starts with them)."""
+    api_duration_ms: int = 0
+    """Time its model calls took (Claude Code's duration_api_ms)."""

@@ -1,0 +1,527 @@
+"""`durable-agent -p …`: Claude Code's own command line, for CI scripts and the Agent SDK.
+
+`durable-agent` with Claude Code's flags (no subcommand) behaves as `claude` does in print
+mode: the prompt from the argument or stdin (`--input-format text`), or user messages and
+control requests as JSON lines on stdin (`--input-format stream-json`, what the Agent SDK
+speaks); the answer as text, one JSON result, or Claude Code's stream-json lines
+(`system/init`, `assistant`, `user`, `result`). Every prompt runs as a prompt of one durable
+session, so what this buys a CI job or an SDK program is durability.
+
+Built from Claude Code's public CLI reference and headless-mode docs and the Agent SDK's own
+source (its transport shows the flags it passes, its parser the fields it reads). Flags that
+are not supported yet are refused with one line naming them, never ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+
+from durable_agent.cli.args import _permission_options, parser
+from durable_agent.cli.console import Console
+from durable_agent.cli.errors import CliError
+from durable_agent.cli.serving import prepared
+from durable_agent.cli.sessions import new_session_queue, session_memo
+from durable_agent.cli.watching import query_result, watch
+from durable_agent.engine.contracts import (
+    ApprovalAnswer,
+    ApprovalRequest,
+    PromptAccepted,
+    PromptRequest,
+    SessionInput,
+    SessionStatus,
+)
+from durable_agent.engine.messages import TranscriptEntry
+from durable_agent.engine.pricing import price_of
+from durable_agent.engine.state import QueryConfig, QueryResult, Terminal
+from durable_agent.names import Queries, Signals, Updates, Workflows
+
+CLAUDE_CODE_VERSION = "2.1.332"
+"""The Claude Code version whose stream-json and control protocol this front-end speaks (what
+`system/init` reports as `claude_code_version`, which the Agent SDK checks)."""
+
+UNSUPPORTED = {
+    "--max-budget-usd": "budgets in dollars are not enforced yet; use --max-turns",
+    "--include-partial-messages": "partial messages (stream_event lines) are not sent yet",
+    "--resume": "resuming a session from this front-end is not built yet; `durable-agent chat "
+    "--session ID` continues a running one",
+    "--continue": "not built yet; `durable-agent chat --session ID` continues a running session",
+    "--fork-session": "forking a session is not built yet",
+    "--mcp-config": "MCP servers are not supported yet",
+    "--strict-mcp-config": "MCP servers are not supported yet",
+    "--system-prompt-file": "pass the text with --system-prompt",
+    "--append-system-prompt-file": "pass the text with --append-system-prompt",
+    "--agents": "sub-agents are not supported yet",
+    "--plugin-dir": "plugins are not supported",
+    "--json-schema": "structured output is not supported yet",
+    "--betas": "beta headers are not supported",
+    "--thinking": "use --max-thinking-tokens",
+    "--effort": "effort levels are not supported",
+    "--include-hook-events": "hook events are not streamed yet",
+    "--session-mirror": "session stores are not supported",
+    "--resume-session-at": "resuming is not built yet",
+    "--resume-drops-turn": "resuming is not built yet",
+    "--task-budget": "use `durable-agent run --task-budget`",
+}
+"""Claude Code flags refused with a reason (value-taking or not, they are never ignored)."""
+
+COMMANDS = ("initialize", "interrupt")
+"""Control requests answered; any other gets an error response naming it."""
+
+
+def claude_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="durable-agent",
+        description="Claude Code's print mode (`claude -p`), every prompt a durable session's. "
+        "The prompt comes from the argument or stdin; with --input-format stream-json, user "
+        "messages and control requests come as JSON lines (the Agent SDK's protocol).",
+        add_help=False,
+    )
+    p.add_argument("prompt", nargs="?")
+    p.add_argument("-p", "--print", action="store_true", dest="print_mode")
+    p.add_argument("--output-format", choices=("text", "json", "stream-json"), default="text")
+    p.add_argument("--input-format", choices=("text", "stream-json"), default="text")
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--system-prompt", help="replaces the built-in system prompt")
+    p.add_argument("--append-system-prompt")
+    p.add_argument("--model")
+    p.add_argument("--fallback-model")
+    p.add_argument("--max-turns", type=int)
+    p.add_argument("--max-thinking-tokens", type=int)
+    p.add_argument("--session-id", help="the new session's id (a UUID)")
+    p.add_argument("--permission-prompt-tool", help="only `stdio`: ask the SDK (can_use_tool)")
+    p.add_argument("--workspace", default=".", help=argparse.SUPPRESS)
+    p.add_argument("-h", "--help", action="store_true", dest="show_help")
+    _permission_options(p)
+    return p
+
+
+def parse_claude_args(argv: list[str]) -> argparse.Namespace:
+    """Claude Code's flags; CliError (one line) for an unsupported or unknown one."""
+    for raw in argv:
+        flag = raw.split("=", 1)[0]
+        if flag in UNSUPPORTED:
+            raise CliError(f"{flag} is not supported", UNSUPPORTED[flag])
+    p = claude_parser()
+    args, unknown = p.parse_known_args(argv)
+    flags = [u for u in unknown if u.startswith("-")]
+    if flags:
+        raise CliError(f"unknown option {flags[0]}", "durable-agent --help lists what is supported")
+    if unknown:
+        raise CliError(f"unexpected argument {unknown[0]!r}", "give one prompt, quoted")
+    if args.permission_prompt_tool not in (None, "stdio"):
+        raise CliError(
+            f"--permission-prompt-tool {args.permission_prompt_tool}: only stdio is supported",
+            "the SDK sets it with can_use_tool",
+        )
+    if args.session_id is not None:
+        try:
+            args.session_id = str(uuid.UUID(args.session_id))
+        except ValueError:
+            raise CliError(
+                f"--session-id {args.session_id!r} is not a UUID",
+                "session ids are UUIDs, as in Claude Code (python3 -c 'import uuid; print(uuid.uuid4())')",
+            ) from None
+    return args
+
+
+def run_args(args: argparse.Namespace) -> argparse.Namespace:
+    """What the session's config is built from: `run`'s defaults and this command line."""
+    base = parser().parse_args(["run", "-"])
+    for key, value in vars(args).items():
+        if value is not None or not hasattr(base, key):
+            setattr(base, key, value)
+    base.command = "claude"
+    base.thinking_budget = args.max_thinking_tokens
+    base.output_format = "text"
+    return base
+
+
+class Out:
+    """Claude Code's stdout: stream-json lines, one JSON result, or the result's text."""
+
+    def __init__(self, output_format: str, session_id: str) -> None:
+        self.format = output_format
+        self.session_id = session_id
+
+    def line(self, obj: dict[str, Any]) -> None:
+        if self.format == "stream-json":
+            self.write(obj)
+
+    def write(self, obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    def init(self, config: QueryConfig) -> None:
+        perms = config.call.permissions
+        self.line(
+            {
+                "type": "system",
+                "subtype": "init",
+                "cwd": config.workspace,
+                "session_id": self.session_id,
+                "tools": list(config.call.tools),
+                "mcp_servers": [],
+                "model": config.model,
+                "permissionMode": perms.mode.value if perms else "default",
+                "slash_commands": [],
+                "apiKeySource": "none",
+                "claude_code_version": CLAUDE_CODE_VERSION,
+                "output_style": "default",
+                "agents": [],
+                "skills": [],
+                "plugins": [],
+                "uuid": str(uuid.uuid4()),
+            }
+        )
+
+    def entries(self, entries: list[TranscriptEntry]) -> None:
+        """Claude's messages, the tool results and compact boundaries; not the prompt itself
+        (nor hook feedback the loop sent as text), as Claude Code's stream-json leaves them out."""
+        for entry in entries:
+            if entry.type == "user" and not _has_tool_results(entry):
+                continue
+            self.line(entry_line(entry, self.session_id))
+
+    def result(self, result: QueryResult, text: str, started: float) -> None:
+        obj = result_line(result, text, self.session_id, started)
+        if self.format == "text":
+            sys.stdout.write(text + ("\n" if text and not text.endswith("\n") else ""))
+            sys.stdout.flush()
+        else:
+            self.write(obj)
+
+
+SUBTYPES = {Terminal.COMPLETED: "success", Terminal.MAX_TURNS: "error_max_turns"}
+
+
+def result_line(result: QueryResult, text: str, session_id: str, started: float) -> dict[str, Any]:
+    """Claude Code's `result` message for one prompt, plus our `terminal_reason`."""
+    usage = result.usage
+    model_usage = {}
+    for model, used in (result.usage_by_model or {result.model: usage}).items():
+        model_usage[model] = {
+            "inputTokens": used.input_tokens,
+            "outputTokens": used.output_tokens,
+            "cacheReadInputTokens": used.cache_read_input_tokens,
+            "cacheCreationInputTokens": used.cache_creation_input_tokens,
+            "costUSD": price_of(model).cost(used),
+        }
+    subtype = SUBTYPES.get(result.terminal, "error_during_execution")
+    return {
+        "type": "result",
+        "subtype": subtype,
+        "is_error": result.terminal != Terminal.COMPLETED,
+        "duration_ms": int((time.monotonic() - started) * 1000),
+        "duration_api_ms": result.api_duration_ms,
+        "num_turns": result.turn_count,
+        "result": text,
+        "session_id": session_id,
+        "total_cost_usd": sum(m["costUSD"] for m in model_usage.values()),
+        "usage": usage.model_dump(),
+        "modelUsage": model_usage,
+        "permission_denials": [
+            {"tool_name": d.tool_name, "tool_use_id": d.tool_use_id, "tool_input": d.tool_input}
+            for d in result.permission_denials
+        ],
+        "stop_reason": None,
+        "uuid": str(uuid.uuid4()),
+        "terminal_reason": result.terminal.value,
+        **({"errors": [result.message]} if subtype != "success" and result.message else {}),
+    }
+
+
+def entry_line(entry: TranscriptEntry, session_id: str) -> dict[str, Any]:
+    """A transcript entry as Claude Code's stream-json shows it."""
+    if entry.type == "system":
+        meta = entry.compact_metadata
+        return {
+            "type": "system",
+            "subtype": entry.subtype or "status",
+            "session_id": session_id,
+            "uuid": entry.uuid,
+            **(
+                {"compact_metadata": {"trigger": meta.trigger, "pre_tokens": meta.pre_tokens}}
+                if meta
+                else {}
+            ),
+        }
+    assert entry.message is not None
+    message = entry.message
+    blocks = [b.model_dump(exclude_none=True) for b in message.content]
+    if entry.type == "assistant":
+        api = {
+            "id": message.id or f"msg_{entry.uuid}",
+            "type": "message",
+            "role": "assistant",
+            "model": message.model or "",
+            "content": blocks,
+            "stop_reason": message.stop_reason,
+            "stop_sequence": None,
+            "usage": message.usage.model_dump() if message.usage else {},
+        }
+        return {
+            "type": "assistant",
+            "message": api,
+            "parent_tool_use_id": None,
+            "session_id": session_id,
+            "uuid": entry.uuid,
+        }
+    return {
+        "type": "user",
+        "message": {"role": "user", "content": blocks},
+        "parent_tool_use_id": None,
+        "session_id": session_id,
+        "uuid": entry.uuid,
+    }
+
+
+def _has_tool_results(entry: TranscriptEntry) -> bool:
+    return entry.message is not None and any(b.type == "tool_result" for b in entry.message.content)
+
+
+def prompt_text(message: dict[str, Any]) -> str:
+    """The text of a stream-json user message (a string, or text blocks)."""
+    content = (message.get("message") or {}).get("content", "")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [b.get("text", "") for b in content if isinstance(b, dict)]
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+class Stdin:
+    """stdin's lines as they come (read in a thread), None at the end."""
+
+    def __init__(self) -> None:
+        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def read() -> None:
+            for line in sys.stdin:
+                loop.call_soon_threadsafe(self.lines.put_nowait, line)
+            loop.call_soon_threadsafe(self.lines.put_nowait, None)
+
+        loop.run_in_executor(None, read)
+
+
+class Front:
+    """One `durable-agent -p` process: its session, its prompts in order, the control protocol."""
+
+    def __init__(
+        self, client: Client, out: Out, handle: WorkflowHandle[Any, Any], stdio_approval: bool
+    ) -> None:
+        self.client = client
+        self.out = out
+        self.handle = handle
+        self.stdio_approval = stdio_approval
+        self.accepted: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
+        self.replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.last: QueryResult | None = None
+        self.head: str | None = None
+
+    async def submit(self, prompt: str) -> None:
+        request = PromptRequest(prompt=prompt)
+        try:
+            accepted = await self.handle.execute_update(
+                Updates.SUBMIT_PROMPT, request, id=f"prompt-{uuid.uuid4()}",
+                result_type=PromptAccepted,
+            )  # fmt: skip
+        except WorkflowUpdateFailedError as exc:
+            raise CliError(f"the prompt was not accepted: {exc.cause}") from exc
+        await self.accepted.put((accepted.query_workflow_id, prompt))
+
+    async def control(self, message: dict[str, Any]) -> None:
+        """Answer one control request from the SDK."""
+        request_id = message.get("request_id", "")
+        request = message.get("request") or {}
+        subtype = request.get("subtype")
+        if subtype == "initialize" and not request.get("hooks"):
+            reply = {
+                "commands": [],
+                "output_style": "default",
+                "available_output_styles": ["default"],
+                "models": [],
+                "account": {},
+            }
+            self.respond(request_id, reply)
+        elif subtype == "initialize":
+            self.respond(
+                request_id, error="hook callbacks (initialize.hooks) are not supported yet"
+            )
+        elif subtype == "interrupt":
+            await self.handle.signal(Signals.INTERRUPT)
+            self.respond(request_id, {})
+        else:
+            self.respond(request_id, error=f"control request {subtype!r} is not supported yet")
+
+    def respond(
+        self, request_id: str, reply: dict[str, Any] | None = None, error: str | None = None
+    ) -> None:
+        body: dict[str, Any] = {"request_id": request_id}
+        if error is not None:
+            body.update(subtype="error", error=error)
+        else:
+            body.update(subtype="success", response=reply or {})
+        self.out.write({"type": "control_response", "response": body})
+
+    def reply(self, message: dict[str, Any]) -> None:
+        """The SDK's answer to a control request of ours (can_use_tool)."""
+        response = message.get("response") or {}
+        waiting = self.replies.pop(str(response.get("request_id")), None)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(response)
+
+    async def ask_sdk(self, child: WorkflowHandle[Any, Any]) -> None:
+        """A call waits for approval: ask the SDK (can_use_tool) and pass its answer on."""
+        requests = await child.query(Queries.APPROVALS, result_type=list[ApprovalRequest])
+        for req in requests:
+            request_id = f"approve_{uuid.uuid4().hex[:12]}"
+            waiting = self.replies[request_id] = asyncio.get_running_loop().create_future()
+            ask = {
+                "subtype": "can_use_tool",
+                "tool_name": req.tool_name,
+                "input": req.tool_input,
+                "tool_use_id": req.request_id,
+                "permission_suggestions": [],
+                "decision_reason": req.reason,
+            }
+            self.out.write({"type": "control_request", "request_id": request_id, "request": ask})
+            response = await waiting
+            body = response.get("response") or {}
+            if response.get("subtype") == "error" or body.get("behavior") != "allow":
+                message = str(body.get("message") or response.get("error") or "")
+                answer = ApprovalAnswer(
+                    request_id=req.request_id, behavior="deny", message=message, by="sdk"
+                )
+            else:
+                answer = ApprovalAnswer(request_id=req.request_id, behavior="allow", by="sdk")
+            try:
+                await child.execute_update(Updates.APPROVE_TOOL, answer, result_type=str)
+            except WorkflowUpdateFailedError:
+                pass  # answered elsewhere meanwhile, or interrupted
+
+    async def follow(self, entries: Callable[[str | None, str | None], list[TranscriptEntry]]):
+        """Each accepted prompt in order: its transcript entries, then its result."""
+        console = Console("json")  # progress stays off stdout
+        while (item := await self.accepted.get()) is not None:
+            child_id, _ = item
+            started = time.monotonic()
+            child = self.client.get_workflow_handle(child_id, result_type=QueryResult)
+            never = asyncio.Event()
+            on_approval = (lambda c=child: self.ask_sdk(c)) if self.stdio_approval else None
+            result = await watch(
+                query_result(child), child, console, never, "waiting for a worker", 3600.0,
+                on_approval=on_approval,
+            )  # fmt: skip
+            assert result is not None
+            new = entries(self.head, result.head_uuid)
+            self.out.entries(new)
+            text = next(
+                (e.message.text() for e in reversed(new) if e.type == "assistant" and e.message),
+                result.final_text,
+            )
+            self.out.result(result, text if result.terminal == Terminal.COMPLETED else
+                            (text or result.message), started)  # fmt: skip
+            self.head, self.last = result.head_uuid, result
+
+
+async def cmd_claude(argv: list[str]) -> int:
+    args = parse_claude_args(argv)
+    if args.show_help:
+        claude_parser().print_help()
+        return 0
+    if not args.print_mode and args.input_format == "text":
+        raise CliError(
+            "interactive mode is not supported",
+            "use -p (print mode) as in CI, or `durable-agent chat` for a conversation",
+        )
+    prompt = args.prompt
+    if args.input_format == "text" and prompt is None:
+        prompt = "" if sys.stdin.isatty() else sys.stdin.read()
+        if not prompt.strip():
+            raise CliError(
+                "no prompt", 'give it as an argument or on stdin: echo "…" | durable-agent -p'
+            )
+    session_id = args.session_id or str(uuid.uuid4())
+    ns = run_args(args)
+    task_queue = new_session_queue(ns, session_id)
+    out = Out(args.output_format, session_id)
+    console = Console("json")
+    async with prepared(ns, console, task_queue) as (client, config):
+        config = config.model_copy(
+            update={
+                "approvals": args.permission_prompt_tool == "stdio",
+                "call": config.call.model_copy(update={"base_system_prompt": args.system_prompt}),
+            }
+        )
+        handle = await client.start_workflow(
+            Workflows.SESSION,
+            SessionInput(session_id=session_id, config=config),
+            id=session_id,
+            task_queue=task_queue,
+            static_summary="durable-agent -p",
+            memo=session_memo(task_queue, config, "claude"),
+            result_type=SessionStatus,
+        )
+        front = Front(client, out, handle, args.permission_prompt_tool == "stdio")
+        store = _store()
+
+        def entries(after: str | None, head: str | None) -> list[TranscriptEntry]:
+            chain = store.chain(session_id, head)
+            seen = {e.uuid for e in store.chain(session_id, after)} if after else set()
+            return [e for e in chain if e.uuid not in seen]
+
+        follower = asyncio.ensure_future(front.follow(entries))
+        out.init(config)
+        if args.input_format == "text":
+            await front.submit(prompt)
+        else:
+            await _read_stream(front, follower)
+        await front.accepted.put(None)
+        await follower
+        await handle.signal(Signals.CLOSE)
+        await handle.result()
+    last = front.last
+    return 0 if last is not None and last.terminal == Terminal.COMPLETED else 1
+
+
+async def _read_stream(front: Front, follower: asyncio.Future[Any]) -> None:
+    """User messages and control messages from stdin until its end."""
+    stdin = Stdin()
+    while (line := await stdin.lines.get()) is not None:
+        if follower.done():
+            follower.result()  # its error, if it failed
+        if not line.strip():
+            continue
+        try:
+            message = json.loads(line)
+        except ValueError:
+            raise CliError(f"stdin: not a JSON line: {line.strip()[:80]}") from None
+        kind = message.get("type")
+        if kind == "user":
+            await front.submit(prompt_text(message))
+        elif kind == "control_request":
+            await front.control(message)
+        elif kind == "control_response":
+            front.reply(message)
+        elif kind == "control_cancel_request":
+            continue
+        else:
+            raise CliError(f"stdin: unknown message type {kind!r}")
+
+
+def _store() -> Any:
+    from activities.transcript import TranscriptStore
+    from durable_agent.paths import state_home
+
+    return TranscriptStore(state_home())

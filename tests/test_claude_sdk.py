@@ -1,0 +1,123 @@
+"""The official Claude Agent SDK drives durable-agent as its `cli_path` (the drop-in front-end,
+durable_agent/cli/claude.py), against the replay server and a real Temporal dev server: what
+it sends is Claude Code's command line and stream-json, what it reads must parse."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    PermissionResultDeny,
+    ResultMessage,
+    SystemMessage,
+    TextBlock,
+    ToolUseBlock,
+    UserMessage,
+    query,
+)
+
+from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from tests.test_cli import ROOT, cli_env
+
+
+@pytest.fixture
+def cli_path(tmp_path: Path) -> Path:
+    """What `cli_path` names: durable-agent, run by this interpreter from this checkout."""
+    script = tmp_path / "durable-agent"
+    script.write_text(
+        f'#!/bin/sh\ncd "$DA_WORKSPACE" && exec {sys.executable} -m durable_agent "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def options(dev_env: Any, tmp_path: Path, cli_path: Path, server: ReplayServer, **kw: Any):
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    (ws / "notes.txt").write_text("durable notes\n")
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        ANTHROPIC_BASE_URL=server.base_url,
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+        DA_WORKSPACE=str(ws),
+        PYTHONPATH=str(ROOT),
+    )
+    # The SDK merges `env` into its own environment: what must not leak in is blanked.
+    for name in os.environ:
+        if name.startswith(("ANTHROPIC_", "TEMPORAL_", "DURABLE_AGENT_")) and name not in env:
+            env[name] = ""
+    return ClaudeAgentOptions(cli_path=str(cli_path), cwd=str(ws), env=env, **kw)
+
+
+async def collect(prompt: Any, opts: ClaudeAgentOptions) -> list[Any]:
+    return [message async for message in query(prompt=prompt, options=opts)]
+
+
+@pytest.fixture
+def unknown_lines(caplog: pytest.LogCaptureFixture):
+    """The SDK's parser skips a line of an unknown type with a debug log: none may be."""
+    caplog.set_level(logging.DEBUG, logger="claude_agent_sdk")
+    yield
+    records = caplog.get_records("call")
+    skipped = [r.getMessage() for r in records if "Skipping unknown" in r.getMessage()]
+    assert skipped == []
+
+
+async def test_query_with_a_tool_turn(dev_env, tmp_path, cli_path, unknown_lines):
+    turns = [
+        tool_turn([("r1", "Read", {"file_path": "notes.txt"})]),
+        text_turn("They say durable."),
+    ]
+    with ReplayServer(turns) as server:
+        messages = await collect(
+            "what do my notes say?", options(dev_env, tmp_path, cli_path, server)
+        )
+    assert server.violations == []
+    kinds = [type(m).__name__ for m in messages]
+    assert kinds == [
+        "SystemMessage", "AssistantMessage", "UserMessage", "AssistantMessage", "ResultMessage"
+    ], kinds  # fmt: skip
+    init, first, results, last, result = messages
+    assert isinstance(init, SystemMessage) and init.subtype == "init"
+    assert init.data["claude_code_version"] and "Read" in init.data["tools"]
+    assert isinstance(first, AssistantMessage) and isinstance(first.content[0], ToolUseBlock)
+    assert first.content[0].name == "Read"
+    assert isinstance(results, UserMessage) and "durable notes" in str(results.content)
+    assert isinstance(last, AssistantMessage) and isinstance(last.content[0], TextBlock)
+    assert last.content[0].text == "They say durable."
+    assert isinstance(result, ResultMessage) and result.subtype == "success" and not result.is_error
+    assert result.result == "They say durable." and result.num_turns == 2
+    assert result.session_id == init.data["session_id"] and (result.total_cost_usd or 0) > 0
+    assert "system" not in server.requests[0]  # the SDK's default `--system-prompt ""`
+
+
+async def test_can_use_tool_denies_a_bash_call(dev_env, tmp_path, cli_path, unknown_lines):
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def can_use_tool(name: str, tool_input: dict[str, Any], context: Any):
+        asked.append((name, tool_input))
+        return PermissionResultDeny(message="no shell in this job")
+
+    turns = [tool_turn([("b1", "Bash", {"command": "touch ran.txt"})]), text_turn("Understood.")]
+    with ReplayServer(turns) as server:
+        opts = options(dev_env, tmp_path, cli_path, server, can_use_tool=can_use_tool)
+        messages = await collect(_stream("make a file"), opts)
+    assert asked == [("Bash", {"command": "touch ran.txt"})]
+    assert not (tmp_path / "ws" / "ran.txt").exists()
+    denied = server.requests[1]["messages"][-1]["content"][0]
+    assert denied["is_error"] and "no shell in this job" in str(denied["content"])
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.subtype == "success"
+    assert [d["tool_use_id"] for d in result.permission_denials or []] == ["b1"]
+
+
+async def _stream(text: str):
+    yield {"type": "user", "message": {"role": "user", "content": text}, "parent_tool_use_id": None}
