@@ -47,4 +47,6 @@ class Queries:
 class Updates:
     SUBMIT_PROMPT: Final = "submit_prompt"
     APPROVE_TOOL: Final = "approve_tool"
+    CONFIGURE: Final = "configure"
+    """SessionWorkflow: change the model or permission mode of the prompts that follow."""
     """QueryWorkflow: answer a waiting tool call (unknown or answered request ids are rejected)."""

@@ -4,9 +4,11 @@ it sends is Claude Code's command line and stream-json, what it reads must parse
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
+    ClaudeSDKClient,
     PermissionResultDeny,
     ResultMessage,
     SystemMessage,
@@ -121,3 +124,49 @@ async def test_can_use_tool_denies_a_bash_call(dev_env, tmp_path, cli_path, unkn
 
 async def _stream(text: str):
     yield {"type": "user", "message": {"role": "user", "content": text}, "parent_tool_use_id": None}
+
+
+async def test_a_client_session_with_two_prompts_then_resume_from_a_new_process(
+    dev_env, tmp_path, cli_path, unknown_lines
+):
+    turns = [text_turn("Noted: blue."), text_turn("You said blue."), text_turn("Still blue.")]
+    with ReplayServer(turns) as server:
+        opts = options(dev_env, tmp_path, cli_path, server)
+        async with ClaudeSDKClient(opts) as client:
+            await client.query("remember: my colour is blue")
+            first = [m async for m in client.receive_response()]
+            await client.set_model("claude-haiku-4-5")  # for the prompts that follow
+            await client.query("what is my colour?")
+            second = [m async for m in client.receive_response()]
+        done = first[-1]
+        assert isinstance(done, ResultMessage) and done.result == "Noted: blue."
+        assert isinstance(second[-1], ResultMessage) and second[-1].result == "You said blue."
+        assert second[-1].session_id == done.session_id  # one session
+        # The second prompt's request carries the first exchange.
+        assert "remember: my colour is blue" in str(server.requests[1]["messages"])
+        models = [r["model"] for r in server.requests]
+        assert models == ["claude-sonnet-4-5", "claude-haiku-4-5"]
+        # The first process has exited (its session ended); a new one resumes it.
+        resumed = await collect("and now?", replace(opts, resume=done.session_id))
+    result = resumed[-1]
+    assert isinstance(result, ResultMessage) and result.result == "Still blue."
+    assert result.session_id == done.session_id
+    history = str(server.requests[2]["messages"])
+    assert "remember: my colour is blue" in history and "You said blue." in history
+
+
+async def test_interrupt_ends_the_running_prompt(dev_env, tmp_path, cli_path, unknown_lines):
+    slow = text_turn("a very long answer " * 40)
+    slow.event_delay = 0.3  # a stream of many seconds
+    with ReplayServer([slow, text_turn("after")]) as server:
+        async with ClaudeSDKClient(options(dev_env, tmp_path, cli_path, server)) as client:
+            await client.query("write a lot")
+            await asyncio.sleep(2)
+            await client.interrupt()
+            interrupted = [m async for m in client.receive_response()][-1]
+            await client.query("and then?")
+            after = [m async for m in client.receive_response()][-1]
+    assert isinstance(interrupted, ResultMessage) and interrupted.is_error
+    assert interrupted.subtype == "error_during_execution"
+    assert interrupted.terminal_reason == "aborted_streaming"
+    assert isinstance(after, ResultMessage) and after.result == "after"  # the session goes on

@@ -9,6 +9,7 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError, FailureErro
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
+        ConfigChange,
         EndProcessesInput,
         PromptAccepted,
         PromptRequest,
@@ -78,6 +79,29 @@ class SessionWorkflow:
         if req.max_turns is not None and req.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
 
+    @workflow.update(name=Updates.CONFIGURE)
+    def configure(self, change: ConfigChange) -> str:
+        """The model or permission mode of the prompts that start from now on."""
+        cfg = self._config
+        if change.model is not None:
+            cfg = cfg.model_copy(update={"model": change.model})
+        perms = cfg.call.permissions
+        if change.permission_mode is not None and perms is not None:
+            perms = perms.model_copy(update={"mode": change.permission_mode})
+            cfg = cfg.model_copy(
+                update={"call": cfg.call.model_copy(update={"permissions": perms})}
+            )
+        self._config = cfg
+        mode = perms.mode.value if perms else "unchecked"
+        return f"model {cfg.model}, permission mode {mode}"
+
+    @configure.validator
+    def _valid_change(self, change: ConfigChange) -> None:
+        if change.model is not None and not change.model.strip():
+            raise ValueError("the model name is empty")
+        if change.permission_mode is not None and self._config.call.permissions is None:
+            raise ValueError("this session checks no permissions: it has no mode to change")
+
     @workflow.signal(name=Signals.INTERRUPT)
     async def interrupt(self) -> None:
         """Interrupt the running prompt, if any."""
@@ -142,7 +166,7 @@ class SessionWorkflow:
                 workflow.continue_as_new(
                     SessionInput(
                         session_id=self._session_id,
-                        config=inp.config,
+                        config=self._config,
                         close_when_idle=inp.close_when_idle,
                         queries_per_run=inp.queries_per_run,
                         state=state,
@@ -187,7 +211,7 @@ class SessionWorkflow:
         child_id = query_workflow_id(self._session_id, index)
         # Counted before the start is awaited: an Update accepted meanwhile numbers after it.
         state.queries = index
-        config = inp.config
+        config = self._config
         if req.max_turns is not None:
             config = config.model_copy(update={"max_turns": req.max_turns})
         handle = await workflow.start_child_workflow(

@@ -21,22 +21,32 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError
 
 from durable_agent.cli.args import _permission_options, parser
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
-from durable_agent.cli.serving import prepared
-from durable_agent.cli.sessions import new_session_queue, session_memo
+from durable_agent.cli.serving import prepared, serving
+from durable_agent.cli.sessions import find_session, new_session_queue, session_memo, state_name
 from durable_agent.cli.watching import query_result, watch
 from durable_agent.engine.contracts import (
     ApprovalAnswer,
     ApprovalRequest,
+    ConfigChange,
     PromptAccepted,
     PromptRequest,
     SessionInput,
+    SessionState,
     SessionStatus,
 )
 from durable_agent.engine.messages import TranscriptEntry
@@ -51,9 +61,6 @@ CLAUDE_CODE_VERSION = "2.1.332"
 UNSUPPORTED = {
     "--max-budget-usd": "budgets in dollars are not enforced yet; use --max-turns",
     "--include-partial-messages": "partial messages (stream_event lines) are not sent yet",
-    "--resume": "resuming a session from this front-end is not built yet; `durable-agent chat "
-    "--session ID` continues a running one",
-    "--continue": "not built yet; `durable-agent chat --session ID` continues a running session",
     "--fork-session": "forking a session is not built yet",
     "--mcp-config": "MCP servers are not supported yet",
     "--strict-mcp-config": "MCP servers are not supported yet",
@@ -73,7 +80,7 @@ UNSUPPORTED = {
 }
 """Claude Code flags refused with a reason (value-taking or not, they are never ignored)."""
 
-COMMANDS = ("initialize", "interrupt")
+COMMANDS = ("initialize", "interrupt", "set_model", "set_permission_mode")
 """Control requests answered; any other gets an error response naming it."""
 
 
@@ -97,6 +104,8 @@ def claude_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int)
     p.add_argument("--max-thinking-tokens", type=int)
     p.add_argument("--session-id", help="the new session's id (a UUID)")
+    p.add_argument("-r", "--resume", metavar="ID", help="continue this session")
+    p.add_argument("-c", "--continue", action="store_true", dest="cont", help="the newest one here")
     p.add_argument("--permission-prompt-tool", help="only `stdio`: ask the SDK (can_use_tool)")
     p.add_argument("--workspace", default=".", help=argparse.SUPPRESS)
     p.add_argument("-h", "--help", action="store_true", dest="show_help")
@@ -328,6 +337,8 @@ class Front:
         self.replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.last: QueryResult | None = None
         self.head: str | None = None
+        self.default_model = ""
+        """What set_model(None) goes back to (the model this process started with)."""
 
     async def submit(self, prompt: str) -> None:
         request = PromptRequest(prompt=prompt)
@@ -361,6 +372,20 @@ class Front:
         elif subtype == "interrupt":
             await self.handle.signal(Signals.INTERRUPT)
             self.respond(request_id, {})
+        elif subtype in ("set_model", "set_permission_mode"):
+            try:
+                change = (
+                    ConfigChange(model=request.get("model") or self.default_model)
+                    if subtype == "set_model"
+                    else ConfigChange(permission_mode=request.get("mode"))
+                )
+                await self.handle.execute_update(Updates.CONFIGURE, change, result_type=str)
+            except ValueError as exc:  # pydantic's ValidationError too: an unknown mode
+                self.respond(request_id, error=f"{subtype}: {exc}")
+            except WorkflowUpdateFailedError as exc:
+                self.respond(request_id, error=f"{subtype}: {exc.cause}")
+            else:
+                self.respond(request_id, {})
         else:
             self.respond(request_id, error=f"control request {subtype!r} is not supported yet")
 
@@ -452,28 +477,20 @@ async def cmd_claude(argv: list[str]) -> int:
             raise CliError(
                 "no prompt", 'give it as an argument or on stdin: echo "…" | durable-agent -p'
             )
-    session_id = args.session_id or str(uuid.uuid4())
     ns = run_args(args)
-    task_queue = new_session_queue(ns, session_id)
-    out = Out(args.output_format, session_id)
     console = Console("json")
-    async with prepared(ns, console, task_queue) as (client, config):
+    async with prepared(ns, console, None) as (client, config), AsyncExitStack() as stack:
         config = config.model_copy(
             update={
                 "approvals": args.permission_prompt_tool == "stdio",
                 "call": config.call.model_copy(update={"base_system_prompt": args.system_prompt}),
             }
         )
-        handle = await client.start_workflow(
-            Workflows.SESSION,
-            SessionInput(session_id=session_id, config=config),
-            id=session_id,
-            task_queue=task_queue,
-            static_summary="durable-agent -p",
-            memo=session_memo(task_queue, config, "claude"),
-            result_type=SessionStatus,
-        )
+        opened = await _open_session(client, console, ns, args, config, stack)
+        session_id, handle = opened.session_id, opened.handle
+        out = Out(args.output_format, session_id)
         front = Front(client, out, handle, args.permission_prompt_tool == "stdio")
+        front.head, front.default_model = opened.head, config.model
         store = _store()
 
         def entries(after: str | None, head: str | None) -> list[TranscriptEntry]:
@@ -489,10 +506,94 @@ async def cmd_claude(argv: list[str]) -> int:
             await _read_stream(front, follower)
         await front.accepted.put(None)
         await follower
-        await handle.signal(Signals.CLOSE)
-        await handle.result()
+        if opened.owned:  # a session another process runs goes on after this one
+            await handle.signal(Signals.CLOSE)
+            await handle.result()
     last = front.last
     return 0 if last is not None and last.terminal == Terminal.COMPLETED else 1
+
+
+@dataclass
+class Opened:
+    session_id: str
+    handle: WorkflowHandle[Any, Any]
+    head: str | None = None
+    owned: bool = True
+    """Started by this process (it closes it at the end of its input)."""
+
+
+async def _open_session(
+    client: Client,
+    console: Console,
+    ns: argparse.Namespace,
+    args: argparse.Namespace,
+    config: QueryConfig,
+    stack: AsyncExitStack,
+) -> Opened:
+    """A new session, or (`--resume ID`, `--continue`) an earlier one: joined where it still
+    runs (this process serves its queue), started again from its head where it finished."""
+    from durable_agent.wiring import build_worker
+
+    resumed = args.resume or (
+        await _latest_session(client, config.workspace) if args.cont else None
+    )
+    if resumed is None:
+        session_id = args.session_id or str(uuid.uuid4())
+        start = SessionInput(session_id=session_id, config=config)
+    else:
+        session_id = resumed
+        handle = client.get_workflow_handle(session_id, result_type=SessionStatus)
+        try:
+            desc = await handle.describe()
+        except RPCError as exc:
+            raise CliError(f"no session {session_id}: {exc.message}", "durable-agent list") from exc
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            place = await find_session(client, session_id)
+            await stack.enter_async_context(
+                serving(client, console, session_id, place, ns.no_worker)
+            )
+            status = await handle.query(Queries.STATUS, result_type=SessionStatus)
+            return Opened(session_id, handle, status.head_uuid, owned=False)
+        if desc.status != WorkflowExecutionStatus.COMPLETED:
+            raise CliError(
+                f"session {session_id} is {state_name(desc.status)}: it cannot be resumed",
+                f"durable-agent status {session_id} shows how it ended",
+            )
+        before: SessionStatus = await handle.result()
+        last = before.last_result
+        state = SessionState(
+            head_uuid=before.head_uuid,
+            queries=before.queries,
+            context_tokens=last.context_tokens if last else 0,
+            session_grants=before.session_grants,
+        )
+        start = SessionInput(session_id=session_id, config=config, state=state)
+    task_queue = new_session_queue(ns, session_id)
+    if not ns.no_worker:
+        await stack.enter_async_context(build_worker(client, task_queue))
+    handle = await client.start_workflow(
+        Workflows.SESSION,
+        start,
+        id=session_id,
+        task_queue=task_queue,
+        static_summary="durable-agent -p",
+        memo=session_memo(task_queue, config, "claude"),
+        result_type=SessionStatus,
+    )
+    return Opened(session_id, handle, start.state.head_uuid if start.state else None)
+
+
+async def _latest_session(client: Client, workspace: str) -> str:
+    """`--continue`: the newest session of this workspace."""
+    query = f'WorkflowType="{Workflows.SESSION}"'
+    async for wf in client.list_workflows(query, limit=100):
+        try:
+            memo = await wf.memo()
+        except Exception:  # noqa: BLE001 — an unreadable memo is not this workspace's
+            continue
+        if memo.get("workspace") == workspace:
+            return wf.id
+    raise CliError(f"no session to continue in {workspace}", 'start one: durable-agent -p "…"')
 
 
 async def _read_stream(front: Front, follower: asyncio.Future[Any]) -> None:

@@ -8,7 +8,12 @@ from pydantic import BaseModel, Field
 
 from durable_agent.engine.hooks import HookCommandSpec
 from durable_agent.engine.messages import Usage
-from durable_agent.engine.permissions import PermissionContext, SandboxSpec, SessionGrant
+from durable_agent.engine.permissions import (
+    PermissionContext,
+    PermissionMode,
+    SandboxSpec,
+    SessionGrant,
+)
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import (
     ModelCallConfig,
@@ -249,6 +254,14 @@ class EndProcessesInput(BaseModel):
 
 class EndProcessesOutput(BaseModel):
     killed: int
+
+
+class ConfigChange(BaseModel):
+    """The `configure` Update of a session (the SDK's set_model / set_permission_mode): the
+    prompts that start after it run with the change; the running one keeps its config."""
+
+    model: str | None = None
+    permission_mode: PermissionMode | None = None
 
 
 class PromptAccepted(BaseModel):
