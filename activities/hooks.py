@@ -265,7 +265,7 @@ class HookActivities:
             )
         finally:
             SETTINGS_ENV.reset(token)
-        return aggregate(req.event, runs)
+        return aggregate(req.event, [*req.recorded_runs, *runs])
 
     def _result_text(self, session_id: str, ref: ToolResultRef) -> str:
         block = ref.inline

@@ -53,7 +53,7 @@ from durable_agent.engine.errors import (
     RetryTrack,
     classify,
 )
-from durable_agent.engine.hooks import hooks_for
+from durable_agent.engine.hooks import callbacks_for, hooks_for
 from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, Usage
 from durable_agent.engine.permissions import Behavior, PermissionMode, check
 from durable_agent.engine.request import build_request
@@ -637,7 +637,9 @@ def _permission(req: CallModelInput, name: str, raw: dict[str, Any]) -> Behavior
 def _hooked(req: CallModelInput, name: str) -> bool:
     """Some PreToolUse / PostToolUse(Failure) hook matches this tool."""
     hooks = req.config.tool_hooks
-    return hooks is not None and any(hooks_for(hooks, event, name) for event in TOOL_EVENTS)
+    return hooks is not None and any(
+        hooks_for(hooks, event, name) or callbacks_for(hooks, event, name) for event in TOOL_EVENTS
+    )
 
 
 def _tool_call(tool_id: str, name: str, raw: dict[str, Any], req: CallModelInput) -> ToolCall:

@@ -40,6 +40,8 @@ class Queries:
     TRANSCRIPT_PATH: Final = "transcript_path"
     PROGRESS: Final = "progress"
     PHASE: Final = "phase"
+    HOOK_REQUESTS: Final = "hook_requests"
+    """QueryWorkflow: the Agent SDK hook callbacks an event waits for."""
     APPROVALS: Final = "approvals"
     """QueryWorkflow: the tool calls waiting for a person's decision."""
 
@@ -47,6 +49,8 @@ class Queries:
 class Updates:
     SUBMIT_PROMPT: Final = "submit_prompt"
     APPROVE_TOOL: Final = "approve_tool"
+    HOOK_CALLBACK_RESULT: Final = "hook_callback_result"
+    """QueryWorkflow: what the SDK's hook callbacks answered (unknown request ids rejected)."""
     CONFIGURE: Final = "configure"
     """SessionWorkflow: change the model or permission mode of the prompts that follow."""
     """QueryWorkflow: answer a waiting tool call (unknown or answered request ids are rejected)."""

@@ -17,6 +17,7 @@ from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
     ClaudeSDKClient,
+    HookMatcher,
     PermissionResultDeny,
     ResultMessage,
     SystemMessage,
@@ -170,3 +171,35 @@ async def test_interrupt_ends_the_running_prompt(dev_env, tmp_path, cli_path, un
     assert interrupted.subtype == "error_during_execution"
     assert interrupted.terminal_reason == "aborted_streaming"
     assert isinstance(after, ResultMessage) and after.result == "after"  # the session goes on
+
+
+async def test_a_pre_tool_use_hook_callback_of_the_sdk(dev_env, tmp_path, cli_path, unknown_lines):
+    seen: list[dict[str, Any]] = []
+
+    async def no_rm(input_data: Any, tool_use_id: str | None, context: Any) -> Any:
+        seen.append(input_data)
+        if input_data["tool_input"]["command"].startswith("rm "):
+            decision = {"permissionDecision": "deny", "permissionDecisionReason": "no rm here"}
+            return {"hookSpecificOutput": {"hookEventName": "PreToolUse", **decision}}
+        return {}
+
+    turns = [
+        tool_turn(
+            [("b1", "Bash", {"command": "rm notes.txt"}), ("b2", "Bash", {"command": "echo ok"})]
+        ),
+        text_turn("Kept the notes."),
+    ]
+    hooks: Any = {"PreToolUse": [HookMatcher(matcher="Bash", hooks=[no_rm])]}
+    with ReplayServer(turns) as server:
+        opts = options(dev_env, tmp_path, cli_path, server, hooks=hooks, allowed_tools=["Bash"])
+        messages = await collect(_stream("tidy up"), opts)
+    assert [(s["hook_event_name"], s["tool_use_id"]) for s in seen] == [
+        ("PreToolUse", "b1"), ("PreToolUse", "b2")
+    ]  # fmt: skip
+    assert seen[0]["tool_name"] == "Bash" and seen[0]["tool_input"] == {"command": "rm notes.txt"}
+    assert (tmp_path / "ws" / "notes.txt").exists()
+    sent = {b["tool_use_id"]: b for b in server.requests[1]["messages"][-1]["content"]}
+    assert sent["b1"]["is_error"] and "no rm here" in str(sent["b1"]["content"])
+    assert "ok" in str(sent["b2"]["content"]) and not sent["b2"].get("is_error")
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.result == "Kept the notes."

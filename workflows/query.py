@@ -4,7 +4,9 @@ engine decides each step (`durable_agent.engine.steps.decide`), this workflow ru
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable
+from datetime import timedelta
 from typing import Any, TypeVar, assert_never
 
 from temporalio import workflow
@@ -18,6 +20,8 @@ with workflow.unsafe.imports_passed_through():
         ApprovalRequest,
         CallModelInput,
         CompactInput,
+        HookCallbackAnswer,
+        HookCallbackRequest,
         PlanCollapseInput,
         QueryInput,
         RetryNotice,
@@ -28,9 +32,13 @@ with workflow.unsafe.imports_passed_through():
         ToolReady,
     )
     from durable_agent.engine.hooks import (
+        SDK_CALLBACK,
         HookCommandSpec,
         HookEventInput,
         HookEventResult,
+        HookRun,
+        aggregate,
+        callbacks_for,
         hooks_for,
     )
     from durable_agent.engine.loop import (
@@ -170,6 +178,8 @@ class QueryWorkflow:
         self._executors: dict[int, StreamingToolExecutor] = {}
         self._approvals: dict[str, ApprovalRequest] = {}
         self._answers: dict[str, ApprovalAnswer] = {}
+        self._hook_requests: dict[str, HookCallbackRequest] = {}
+        self._hook_answers: dict[str, HookCallbackAnswer] = {}
 
     @workflow.run
     async def run(self, inp: QueryInput) -> QueryResult:
@@ -471,13 +481,14 @@ class QueryWorkflow:
 
     def _hooks(self, event: str, target: str | None) -> list[HookCommandSpec]:
         """The settings snapshot's handlers of `event` for `target` (none without a snapshot)."""
-        hooks = (self._cfg.settings or {}).get("hooks")
-        found = hooks_for(hooks, event, target) if hooks else []
-        return found if found and workflow.patched(HOOK_EVENTS_PATCH) else []
+        return self._handlers((self._cfg.settings or {}).get("hooks"), event, target)
 
     def _tool_hooks(self, event: str, tool_name: str) -> list[HookCommandSpec]:
-        hooks = self._cfg.call.tool_hooks
-        found = hooks_for(hooks, event, tool_name) if hooks else []
+        return self._handlers(self._cfg.call.tool_hooks, event, tool_name)
+
+    def _handlers(self, hooks: Any, event: str, target: str | None) -> list[HookCommandSpec]:
+        """Command handlers and the Agent SDK's callbacks (`SDK_CALLBACK` specs)."""
+        found = [*hooks_for(hooks, event, target), *callbacks_for(hooks, event, target)]
         return found if found and workflow.patched(HOOK_EVENTS_PATCH) else []
 
     def _settings_env(self) -> dict[str, str]:
@@ -497,7 +508,16 @@ class QueryWorkflow:
         tool_result: ToolResultRef | None = None,
     ) -> HookEventResult | None:
         """Run one event's hooks (an activity: a replay reads its result from history, never
-        re-runs them); None when the activity failed. The user sees the hooks' messages."""
+        re-runs them); None when the activity failed. The user sees the hooks' messages. The
+        Agent SDK's callbacks among them are asked first, through the front-end."""
+        sdk = [c for c in commands if c.command.startswith(SDK_CALLBACK)]
+        commands = [c for c in commands if not c.command.startswith(SDK_CALLBACK)]
+        recorded = await self._sdk_hooks(event, sdk, payload, tool_result) if sdk else []
+        if not commands:
+            result = aggregate(event, recorded)
+            for note in user_notes(result):
+                self._emit(ProgressKind.STATUS, f"{event} hook: {note}", is_error=True)
+            return result
         req = HookEventInput(
             session_id=self._inp.session_id,
             workspace=self._cfg.workspace,
@@ -508,6 +528,7 @@ class QueryWorkflow:
             heartbeat_seconds=self._cfg.activity.tool_heartbeat_seconds,
             tool_result=tool_result,
             env=self._settings_env(),
+            recorded_runs=recorded,
         )
         summary = f"{event} hooks" + (f": {target}" if target else "")
         try:
@@ -518,6 +539,74 @@ class QueryWorkflow:
         for note in user_notes(result):
             self._emit(ProgressKind.STATUS, f"{event} hook: {note}", is_error=True)
         return result
+
+    async def _sdk_hooks(
+        self,
+        event: str,
+        callbacks: list[HookCommandSpec],
+        payload: dict[str, Any],
+        tool_result: ToolResultRef | None,
+    ) -> list[HookRun]:
+        """Wait (durably) for the SDK's answers to its hook callbacks of this event; a callback
+        that does not answer within its timeout counts as a hook that timed out."""
+        request_id = str(workflow.uuid4())
+        data = {
+            **payload,
+            "hook_event_name": event,
+            "session_id": self._inp.session_id,
+            "cwd": self._cfg.workspace,
+        }
+        if tool_result is not None and tool_result.inline is not None:
+            data["tool_response"] = tool_result.inline.text()
+        ids = [c.command.removeprefix(SDK_CALLBACK) for c in callbacks]
+        tool_use_id = payload.get("tool_use_id")
+        self._hook_requests[request_id] = HookCallbackRequest(
+            request_id=request_id,
+            event=event,
+            callback_ids=ids,
+            input=data,
+            tool_use_id=tool_use_id if isinstance(tool_use_id, str) else None,
+        )
+        self._emit(ProgressKind.HOOK, f"{event}: waiting for the SDK's hook callbacks")
+        timeout = max(c.timeout for c in callbacks)
+        try:
+            await workflow.wait_condition(
+                lambda: request_id in self._hook_answers, timeout=timedelta(seconds=timeout)
+            )
+        except TimeoutError:
+            pass
+        finally:
+            self._hook_requests.pop(request_id, None)
+        answer = self._hook_answers.pop(request_id, None)
+        if answer is None:
+            late = f"the SDK did not answer within {timeout:g}s"
+            return [
+                HookRun(command=c.command, exit_code=None, stderr=late, timed_out=True)
+                for c in callbacks
+            ]
+        runs = []
+        for i, spec in enumerate(callbacks):
+            output = answer.outputs[i] if i < len(answer.outputs) else None
+            error = answer.errors[i] if i < len(answer.errors) else ""
+            if output is None:
+                runs.append(HookRun(command=spec.command, exit_code=1, stderr=error or "no output"))
+            else:
+                runs.append(HookRun(command=spec.command, exit_code=0, stdout=json.dumps(output)))
+        return runs
+
+    @workflow.update(name=Updates.HOOK_CALLBACK_RESULT)
+    def hook_callback_result(self, answer: HookCallbackAnswer) -> str:
+        self._hook_answers[answer.request_id] = answer
+        return f"{len(answer.outputs)} answer(s) recorded"
+
+    @hook_callback_result.validator
+    def _hook_waiting(self, answer: HookCallbackAnswer) -> None:
+        if answer.request_id not in self._hook_requests or answer.request_id in self._hook_answers:
+            raise ValueError(f"no hook callback {answer.request_id!r} is waiting")
+
+    @workflow.query(name=Queries.HOOK_REQUESTS)
+    def hook_requests(self) -> list[HookCallbackRequest]:
+        return [r for r in self._hook_requests.values() if r.request_id not in self._hook_answers]
 
     async def _pre_tool_hooks(
         self, call: ToolCall, commands: list[HookCommandSpec], notes: CallNotes

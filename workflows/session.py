@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.engine.hooks import HookEventInput, hooks_for
     from durable_agent.engine.state import MAX_PROMPT_CHARS
+    from durable_agent.engine.tool_hooks import tool_hook_settings, with_sdk_hooks
     from durable_agent.names import Activities, Queries, Signals, Updates, Workflows
     from workflows.activity_options import (
         STORE_RETRY,
@@ -91,6 +92,11 @@ class SessionWorkflow:
             cfg = cfg.model_copy(
                 update={"call": cfg.call.model_copy(update={"permissions": perms})}
             )
+        if change.sdk_hooks:
+            settings = dict(cfg.settings or {})
+            settings["hooks"] = with_sdk_hooks(settings.get("hooks"), change.sdk_hooks)
+            call = cfg.call.model_copy(update={"tool_hooks": tool_hook_settings(settings["hooks"])})
+            cfg = cfg.model_copy(update={"settings": settings, "call": call})
         self._config = cfg
         mode = perms.mode.value if perms else "unchecked"
         return f"model {cfg.model}, permission mode {mode}"

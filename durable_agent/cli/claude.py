@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import sys
 import time
@@ -43,6 +44,8 @@ from durable_agent.engine.contracts import (
     ApprovalAnswer,
     ApprovalRequest,
     ConfigChange,
+    HookCallbackAnswer,
+    HookCallbackRequest,
     PromptAccepted,
     PromptRequest,
     SessionInput,
@@ -81,7 +84,8 @@ UNSUPPORTED = {
 """Claude Code flags refused with a reason (value-taking or not, they are never ignored)."""
 
 COMMANDS = ("initialize", "interrupt", "set_model", "set_permission_mode")
-"""Control requests answered; any other gets an error response naming it."""
+"""Control requests answered (initialize registers the SDK's hook callbacks); any other gets
+an error response naming it."""
 
 
 def claude_parser() -> argparse.ArgumentParser:
@@ -356,19 +360,19 @@ class Front:
         request_id = message.get("request_id", "")
         request = message.get("request") or {}
         subtype = request.get("subtype")
-        if subtype == "initialize" and not request.get("hooks"):
+        if subtype == "initialize":
+            if request.get("hooks"):  # run by the SDK when their events come (hook_callback)
+                change = ConfigChange(sdk_hooks=request["hooks"])
+                await self.handle.execute_update(Updates.CONFIGURE, change, result_type=str)
             reply = {
                 "commands": [],
                 "output_style": "default",
                 "available_output_styles": ["default"],
                 "models": [],
                 "account": {},
+                "hooks_applied": True,
             }
             self.respond(request_id, reply)
-        elif subtype == "initialize":
-            self.respond(
-                request_id, error="hook callbacks (initialize.hooks) are not supported yet"
-            )
         elif subtype == "interrupt":
             await self.handle.signal(Signals.INTERRUPT)
             self.respond(request_id, {})
@@ -407,11 +411,41 @@ class Front:
             waiting.set_result(response)
 
     async def ask_sdk(self, child: WorkflowHandle[Any, Any]) -> None:
-        """A call waits for approval: ask the SDK (can_use_tool) and pass its answer on."""
+        """The prompt waits for the SDK: its hook callbacks, then approvals (can_use_tool)."""
+        await self.run_sdk_hooks(child)
+        if self.stdio_approval:
+            await self.approvals(child)
+
+    async def request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send a control request to the SDK; its control_response."""
+        request_id = f"req_{uuid.uuid4().hex[:12]}"
+        waiting = self.replies[request_id] = asyncio.get_running_loop().create_future()
+        self.out.write({"type": "control_request", "request_id": request_id, "request": body})
+        return await waiting
+
+    async def run_sdk_hooks(self, child: WorkflowHandle[Any, Any]) -> None:
+        requests = await child.query(Queries.HOOK_REQUESTS, result_type=list[HookCallbackRequest])
+        for req in requests:
+            outputs: list[dict[str, Any] | None] = []
+            errors: list[str] = []
+            for callback_id in req.callback_ids:
+                response = await self.request(
+                    {"subtype": "hook_callback", "callback_id": callback_id,
+                     "input": req.input, "tool_use_id": req.tool_use_id}
+                )  # fmt: skip
+                ok = response.get("subtype") != "error"
+                outputs.append((response.get("response") or {}) if ok else None)
+                errors.append("" if ok else str(response.get("error") or "the callback failed"))
+            answer = HookCallbackAnswer(request_id=req.request_id, outputs=outputs, errors=errors)
+            try:
+                await child.execute_update(Updates.HOOK_CALLBACK_RESULT, answer, result_type=str)
+            except WorkflowUpdateFailedError:
+                pass  # timed out meanwhile, or interrupted
+
+    async def approvals(self, child: WorkflowHandle[Any, Any]) -> None:
+        """Calls that wait for approval: ask the SDK (can_use_tool), pass its answers on."""
         requests = await child.query(Queries.APPROVALS, result_type=list[ApprovalRequest])
         for req in requests:
-            request_id = f"approve_{uuid.uuid4().hex[:12]}"
-            waiting = self.replies[request_id] = asyncio.get_running_loop().create_future()
             ask = {
                 "subtype": "can_use_tool",
                 "tool_name": req.tool_name,
@@ -420,8 +454,7 @@ class Front:
                 "permission_suggestions": [],
                 "decision_reason": req.reason,
             }
-            self.out.write({"type": "control_request", "request_id": request_id, "request": ask})
-            response = await waiting
+            response = await self.request(ask)
             body = response.get("response") or {}
             if response.get("subtype") == "error" or body.get("behavior") != "allow":
                 message = str(body.get("message") or response.get("error") or "")
@@ -443,7 +476,7 @@ class Front:
             started = time.monotonic()
             child = self.client.get_workflow_handle(child_id, result_type=QueryResult)
             never = asyncio.Event()
-            on_approval = (lambda c=child: self.ask_sdk(c)) if self.stdio_approval else None
+            on_approval = functools.partial(self.ask_sdk, child)
             result = await watch(
                 query_result(child), child, console, never, "waiting for a worker", 3600.0,
                 on_approval=on_approval,

@@ -181,8 +181,8 @@ async def _started(child: WorkflowHandle[Any, Any]) -> bool:
 async def _show_events(
     child: WorkflowHandle[Any, Any], console: Console, since: int
 ) -> tuple[int, bool]:
-    """Print the events after `since`; the next index, and whether a call began to wait for
-    approval among them."""
+    """Print the events after `since`; the next index, and whether something began to wait for
+    an answer among them (a call for approval, an event for the SDK's hook callbacks)."""
     try:
         events = await child.query(Queries.PROGRESS, since, result_type=list[ProgressEvent])
     except RPCError:
@@ -192,7 +192,7 @@ async def _show_events(
     for event in events:
         console.event(event)
         since = event.index + 1
-    return since, any(e.kind == ProgressKind.APPROVAL for e in events)
+    return since, any(e.kind in (ProgressKind.APPROVAL, ProgressKind.HOOK) for e in events)
 
 
 async def query_result(child: WorkflowHandle[Any, QueryResult]) -> QueryResult:

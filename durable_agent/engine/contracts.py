@@ -262,6 +262,29 @@ class ConfigChange(BaseModel):
 
     model: str | None = None
     permission_mode: PermissionMode | None = None
+    sdk_hooks: dict[str, Any] | None = None
+    """The hooks the Agent SDK registered in `initialize` (`{event: [{matcher,
+    hookCallbackIds, timeout}]}`): run by the SDK through the front-end (`hook_callback`)."""
+
+
+class HookCallbackRequest(BaseModel):
+    """Hook callbacks of the Agent SDK that an event waits for (the `hook_requests` query)."""
+
+    request_id: str
+    event: str
+    callback_ids: list[str]
+    input: dict[str, Any]
+    """Claude Code's hook input for the event (hook_event_name, tool_name, tool_input, ...)."""
+    tool_use_id: str | None = None
+
+
+class HookCallbackAnswer(BaseModel):
+    """The `hook_callback_result` Update: each callback's output (Claude Code's hook JSON
+    output), or its error, in the request's order."""
+
+    request_id: str
+    outputs: list[dict[str, Any] | None]
+    errors: list[str] = Field(default_factory=list)
 
 
 class PromptAccepted(BaseModel):

@@ -115,6 +115,8 @@ class HookEventInput(BaseModel):
     """Heartbeat timeout of the hook activity (a dead worker is noticed after this)."""
     env: dict[str, str] = Field(default_factory=dict)
     """The settings' `env`: added to the hooks' environment (private names excepted)."""
+    recorded_runs: list[HookRun] = Field(default_factory=list)
+    """Runs already made elsewhere (the Agent SDK's hook callbacks), read with these."""
     tool_result: ToolResultRef | None = None
     """PostToolUse / PostToolUseFailure: the tool's result, read from the store by the activity
     into the payload's `tool_response` (or `error`), so a large result stays out of history."""
@@ -210,6 +212,56 @@ def hooks_for(
                 )
                 found.append(spec)
     return dedupe(found)
+
+
+SDK_CALLBACK = "sdk-callback:"
+"""A handler the Agent SDK registered (`initialize.hooks`): `HookCommandSpec.command` is this
+prefix and the callback id; the SDK process runs it, through the drop-in front-end."""
+
+
+def callbacks_for(
+    hooks: Mapping[str, Any] | None, event: str, target: str | None
+) -> list[HookCommandSpec]:
+    """The SDK callbacks (`{"type": "callback", "id": …}` handlers) of `event` for `target`."""
+    groups = hooks.get(event) if isinstance(hooks, Mapping) else None
+    found: list[HookCommandSpec] = []
+    for group in groups if isinstance(groups, list) else []:
+        matcher = _field(group, "matcher")
+        if event in MATCHER_FIELDS and not matcher_accepts(
+            matcher if isinstance(matcher, str) else None, target
+        ):
+            continue
+        handlers = _field(group, "hooks")
+        for handler in handlers if isinstance(handlers, list) else []:
+            callback = _field(handler, "id")
+            if _field(handler, "type") == "callback" and isinstance(callback, str) and callback:
+                timeout = _timeout(_field(handler, "timeout"))
+                found.append(HookCommandSpec(command=SDK_CALLBACK + callback, timeout=timeout))
+    return dedupe(found)
+
+
+def sdk_hooks(registered: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]]:
+    """The hooks an `initialize` request registers (`{event: [{matcher, hookCallbackIds,
+    timeout}]}`) in the settings' shape, as callback handlers."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for event, matchers in (registered or {}).items():
+        for m in matchers if isinstance(matchers, list) else []:
+            ids = m.get("hookCallbackIds") if isinstance(m, dict) else None
+            if not isinstance(ids, list):
+                continue
+            handlers = [
+                {
+                    "type": "callback",
+                    "id": str(i),
+                    **({"timeout": m["timeout"]} if m.get("timeout") else {}),
+                }
+                for i in ids
+            ]
+            group: dict[str, Any] = {"hooks": handlers}
+            if m.get("matcher") is not None:
+                group["matcher"] = m["matcher"]
+            out.setdefault(str(event), []).append(group)
+    return out
 
 
 def dedupe(commands: Iterable[HookCommandSpec]) -> list[HookCommandSpec]:

@@ -434,6 +434,8 @@ class ProgressKind(StrEnum):
     STATUS = "status"
     APPROVAL = "approval"
     """A tool call waits for a person's decision (the `approvals` query lists it)."""
+    HOOK = "hook_callback"
+    """An event waits for the Agent SDK's hook callbacks (the `hook_requests` query)."""
 
 
 class ProgressEvent(BaseModel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from durable_agent.engine.hooks import HookEventResult
+from durable_agent.engine.hooks import HookEventResult, sdk_hooks
 from durable_agent.engine.permissions import Behavior, Decision
 
 PRE_TOOL_USE = "PreToolUse"
@@ -28,6 +28,16 @@ def tool_hook_settings(hooks: Mapping[str, Any] | None) -> dict[str, Any] | None
         return None
     picked = {event: hooks[event] for event in TOOL_EVENTS if hooks.get(event)}
     return picked or None
+
+
+def with_sdk_hooks(
+    hooks: Mapping[str, Any] | None, registered: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A settings `hooks` value with the SDK's registered callbacks added (after the files')."""
+    merged: dict[str, Any] = {k: list(v) for k, v in (hooks or {}).items() if isinstance(v, list)}
+    for event, groups in sdk_hooks(registered).items():
+        merged[event] = [*merged.get(event, []), *groups]
+    return merged
 
 
 def pre_tool_gate(rules: Decision | None, hook: HookEventResult) -> Decision | None:
