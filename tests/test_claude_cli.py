@@ -91,11 +91,29 @@ def test_a_prompt_on_stdin_and_json_output(dev_env, tmp_path):
     assert {"duration_ms", "duration_api_ms", "usage", "modelUsage", "uuid"} <= result.keys()
 
 
+def test_max_budget_usd_stops_the_prompt(dev_env, tmp_path):
+    # Each replayed call costs $0.0006 at Sonnet's prices (100 tokens in, 20 out).
+    turns = [tool_turn([("b1", "Bash", {"command": "ls"})]), text_turn("never sent")]
+    with ReplayServer(turns) as server:
+        env = env_for(dev_env, tmp_path, server)
+        proc = subprocess.run(
+            ["durable-agent", "-p", "list", "--output-format", "json", "--max-budget-usd", "0.0005",
+             "--allowedTools", "Bash"],
+            cwd=workspace(tmp_path), env=env, capture_output=True, text=True, timeout=120,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["subtype"] == "error_max_budget_usd" and result["is_error"]
+    assert result["terminal_reason"] == "max_budget" and len(server.requests) == 1
+    assert result["total_cost_usd"] == pytest.approx(0.0006)
+
+
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
         (["--mcp-config", "servers.json"], "--mcp-config is not supported"),
-        (["--max-budget-usd=2"], "--max-budget-usd is not supported"),
+        (["--fork-session"], "--fork-session is not supported"),
         (["--frobnicate"], "unknown option --frobnicate"),
         (["--session-id", "nope"], "--session-id 'nope' is not a UUID"),
     ],

@@ -109,6 +109,18 @@ def test_the_next_turn_starts_below_max_turns_and_the_prompt_ends_at_it():
     assert isinstance(paused, Finish) and paused.terminal == Terminal.MAX_TURNS
 
 
+def test_the_prompt_stops_before_the_next_call_once_its_budget_is_spent():
+    cfg = QueryConfig(max_budget_usd=0.01)
+    cheap = {"claude-sonnet-4-5": Usage(input_tokens=1_000, output_tokens=100)}  # $0.0045
+    assert isinstance(decide(at(Phase.TOOLS_DONE, usage_by_model=cheap), cfg, facts()), CallModel)
+    spent = {**cheap, "claude-opus-4-1": Usage(output_tokens=100)}  # + $0.0075
+    step = decide(at(Phase.TOOLS_DONE, usage_by_model=spent), cfg, facts())
+    assert isinstance(step, Finish) and step.terminal == Terminal.MAX_BUDGET
+    assert "$0.0120 of the $0.01 budget" in step.message
+    free = decide(at(Phase.TOOLS_DONE, usage_by_model=spent), QueryConfig(), facts())
+    assert isinstance(free, CallModel)  # no budget, no limit
+
+
 def test_the_fallback_model_takes_over_once():
     cfg = QueryConfig(model="main", fallback_model="spare")
     overloaded = at(Phase.TURN).failed("overloaded", FALLBACK_TRIGGERED)

@@ -140,6 +140,7 @@ def build_config(
         autocompact=not args.no_autocompact,
         task_budget=args.task_budget,
         token_budget=args.token_budget,
+        max_budget_usd=getattr(args, "max_budget_usd", None),
         call=ModelCallConfig(
             system_prompt=getattr(args, "append_system_prompt", None),
             unattended=args.unattended,
@@ -157,6 +158,16 @@ def build_config(
         # In chat a person can answer a call that asks; a headless run never waits for one.
         approvals=getattr(args, "command", None) == "chat",
     )
+
+
+def positive_usd(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an amount in dollars") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
 
 
 def _positive(raw: str) -> int:
@@ -342,6 +353,13 @@ def _query_options(p: argparse.ArgumentParser) -> None:
     _permission_options(p)
     p.add_argument("--model", help=f"model id (default: $ANTHROPIC_MODEL or {DEFAULT_MODEL})")
     p.add_argument("--max-turns", type=_positive, help="stop with max_turns after N model turns")
+    p.add_argument(
+        "--max-budget-usd",
+        type=positive_usd,
+        metavar="USD",
+        help="stop (max_budget) before the next model call once the prompt has cost this much "
+        "(Anthropic's list prices per model)",
+    )
     p.add_argument(
         "--output-format",
         choices=FORMATS,

@@ -34,7 +34,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from durable_agent.cli.args import _permission_options, parser
+from durable_agent.cli.args import _permission_options, parser, positive_usd
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.serving import prepared, serving
@@ -62,7 +62,6 @@ CLAUDE_CODE_VERSION = "2.1.332"
 `system/init` reports as `claude_code_version`, which the Agent SDK checks)."""
 
 UNSUPPORTED = {
-    "--max-budget-usd": "budgets in dollars are not enforced yet; use --max-turns",
     "--include-partial-messages": "partial messages (stream_event lines) are not sent yet",
     "--fork-session": "forking a session is not built yet",
     "--mcp-config": "MCP servers are not supported yet",
@@ -106,6 +105,7 @@ def claude_parser() -> argparse.ArgumentParser:
     p.add_argument("--model")
     p.add_argument("--fallback-model")
     p.add_argument("--max-turns", type=int)
+    p.add_argument("--max-budget-usd", type=positive_usd)
     p.add_argument("--max-thinking-tokens", type=int)
     p.add_argument("--session-id", help="the new session's id (a UUID)")
     p.add_argument("-r", "--resume", metavar="ID", help="continue this session")
@@ -213,7 +213,11 @@ class Out:
             self.write(obj)
 
 
-SUBTYPES = {Terminal.COMPLETED: "success", Terminal.MAX_TURNS: "error_max_turns"}
+SUBTYPES = {
+    Terminal.COMPLETED: "success",
+    Terminal.MAX_TURNS: "error_max_turns",
+    Terminal.MAX_BUDGET: "error_max_budget_usd",
+}
 
 
 def result_line(result: QueryResult, text: str, session_id: str, started: float) -> dict[str, Any]:

@@ -58,6 +58,8 @@ class Terminal(StrEnum):
     IMAGE_ERROR = "image_error"
     MODEL_ERROR = "model_error"
     MAX_TURNS = "max_turns"
+    MAX_BUDGET = "max_budget"
+    """The prompt's model calls cost `--max-budget-usd` or more (engine/pricing.py)."""
     HOOK_STOPPED = "hook_stopped"
     STOP_HOOK_PREVENTED = "stop_hook_prevented"
 
@@ -179,6 +181,9 @@ class QueryConfig(BaseModel):
     """Results of compactable tools older than the newest N are cleared from the request..."""
     microcompact_above_tokens: int | None = None
     """...once the context is above this many tokens (default: half the window)."""
+    max_budget_usd: float | None = Field(default=None, gt=0)
+    """Stop before the next model call once the prompt's calls cost this much (USD, by the
+    price table); `--max-budget-usd`."""
     token_budget: int | None = Field(default=None, ge=1)
     """Output tokens Claude should spend on a prompt: when it stops earlier (below 90 %), it is
     told to keep working (`--token-budget`; or written in the prompt, `+500k`)."""

@@ -21,6 +21,7 @@ from durable_agent.engine.loop import (
     token_budget_continuation,
     withheld_terminal,
 )
+from durable_agent.engine.pricing import cost_usd
 from durable_agent.engine.state import Phase, QueryConfig, State, Terminal, Transition
 
 INTERRUPTED = "interrupted by user"
@@ -135,6 +136,10 @@ def _decide(state: State, cfg: QueryConfig, facts: Facts) -> Step | State:
             if cfg.max_turns is not None and state.turn_count + 1 > cfg.max_turns:
                 message = f"reached the maximum of {cfg.max_turns} turns"
                 return Finish(state=state, terminal=Terminal.MAX_TURNS, message=message)
+            spent = cost_usd(state.usage_by_model)
+            if cfg.max_budget_usd is not None and spent >= cfg.max_budget_usd:
+                message = f"spent ${spent:.4f} of the ${cfg.max_budget_usd:g} budget"
+                return Finish(state=state, terminal=Terminal.MAX_BUDGET, message=message)
             return state.next(Transition.NEXT_TURN, turn_count=state.turn_count + 1)
         case Phase.STOPPING:
             return StopHooks(state=state) if cfg.stop_hooks else state.at(Phase.HOOKS_PASSED)
