@@ -89,6 +89,17 @@ def test_a_prompt_on_stdin_and_json_output(dev_env, tmp_path):
     assert result["type"] == "result" and result["result"] == "Still hello."
     assert result["subtype"] == "success" and result["terminal_reason"] == "completed"
     assert {"duration_ms", "duration_api_ms", "usage", "modelUsage", "uuid"} <= result.keys()
+    # `list` shows how it ended, its prompt and workspace, newest first.
+    listed = subprocess.run(
+        ["durable-agent", "list", "--json", "--limit", "200"], env=env, capture_output=True,
+        text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    (row,) = [r for r in rows if r["session_id"] == result["session_id"]]
+    assert row["outcome"] == "completed" and row["prompt"] == "again"
+    assert row["workspace"] == str(ws) and row["command"] == "claude"
+    assert [r["started"] for r in rows] == sorted((r["started"] for r in rows), reverse=True)
 
 
 def test_max_budget_usd_stops_the_prompt(dev_env, tmp_path):

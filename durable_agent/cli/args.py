@@ -338,7 +338,14 @@ def parser() -> argparse.ArgumentParser:
     )
     approve.add_argument("--list", action="store_true", help="only show what waits")
 
-    sub.add_parser("list", help="list recent sessions")
+    listing = sub.add_parser(
+        "list",
+        help="recent sessions: outcome, first prompt, workspace, age (newest first)",
+        description="The outcome is how the session's last prompt ended (completed, "
+        "max_turns, model_error, ...), or running.",
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON array")
+    listing.add_argument("--limit", type=_positive, default=50, help="at most N (default 50)")
     return p
 
 

@@ -32,6 +32,7 @@ from durable_agent.cli.sessions import (
     find_session,
     new_session_id,
     new_session_queue,
+    query_workflow_id,
     session_memo,
     state_name,
     worker_hint,
@@ -397,15 +398,68 @@ async def cmd_approve(args: argparse.Namespace) -> int:
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
+    """Recent sessions, newest first: how each ended (its last prompt's Terminal, not the
+    workflow's status), its first prompt, workspace and age."""
+    import json
+    from datetime import UTC, datetime
+
     client = await connect(Console(), start_server=False)
-    count = 0
-    async for wf in client.list_workflows(f'WorkflowType="{Workflows.SESSION}"', limit=50):
-        status = wf.status.name.lower() if isinstance(wf.status, WorkflowExecutionStatus) else "?"
-        print(f"{wf.id}  {status:<11} {wf.start_time:%Y-%m-%d %H:%M:%S}")
-        count += 1
-    if count == 0:
+    rows = []
+    query = f'WorkflowType="{Workflows.SESSION}"'
+    async for wf in client.list_workflows(query, limit=args.limit):
+        rows.append(await _session_row(client, wf))
+    rows.sort(key=lambda r: r["started"], reverse=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
         print("no sessions yet")
+    now = datetime.now(UTC)
+    for row in rows:
+        age = _age(now - datetime.fromisoformat(row["started"]))
+        prompt = " ".join((row["prompt"] or "").split())
+        prompt = prompt if len(prompt) <= 50 else prompt[:49] + "…"
+        print(f"{row['session_id']}  {row['outcome']:<20} {age:>8}  {prompt!r}  {row['workspace']}")
     return 0
+
+
+async def _session_row(client: Client, wf: Any) -> dict[str, Any]:
+    status = wf.status.name.lower() if isinstance(wf.status, WorkflowExecutionStatus) else "?"
+    outcome = status
+    if wf.status == WorkflowExecutionStatus.COMPLETED:
+        try:
+            ended = await client.get_workflow_handle(wf.id, result_type=SessionStatus).result()
+        except Exception:  # noqa: BLE001 — a result we cannot read leaves the status shown
+            ended = None
+        if ended is not None and ended.last_result is not None:
+            outcome = ended.last_result.terminal.value
+        elif ended is not None:
+            outcome = "failed" if ended.last_error else "no prompt"
+    try:
+        memo = await wf.memo()
+    except Exception:  # noqa: BLE001 — an unreadable memo only costs the workspace column
+        memo = {}
+    prompt = None
+    with contextlib.suppress(RPCError):
+        first = await client.get_workflow_handle(query_workflow_id(wf.id, 1)).describe()
+        prompt = await first.static_summary()
+    return {
+        "session_id": wf.id,
+        "outcome": outcome,
+        "status": status,
+        "prompt": prompt,
+        "workspace": memo.get("workspace"),
+        "command": memo.get("command"),
+        "started": wf.start_time.isoformat(),
+    }
+
+
+def _age(delta: Any) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
