@@ -70,3 +70,24 @@ def test_answers_typed_in_the_terminal():
     assert reply("maybe", "t1") is None  # asked again
     gone = reply(None, "t1")  # end of input: nobody is there to allow it
     assert gone is not None and gone.behavior == "deny"
+
+
+def test_chat_slash_commands_are_commands_not_prompts(dev_env, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    with ReplayServer([text_turn("hello back")]) as server:
+        env["ANTHROPIC_BASE_URL"] = server.base_url
+        proc = chat(env, ws, "/help\n/cost\nhello\n/cost\n/status\n/compact\n/bogus\n")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(server.requests) == 1  # only "hello" reached Claude
+    err = proc.stderr
+    assert "/status   the session" in err and "this chat: $0.0000" in err
+    assert "this chat: $0.0006 (100 input, 20 output" in err  # after the prompt
+    assert "1 prompt(s), permission mode default" in err
+    assert "last prompt: completed after 1 turn(s)" in err
+    assert "/compact is not built yet" in err and "unknown command /bogus" in err

@@ -376,3 +376,29 @@ async def test_tail_follows_a_running_prompt(dev_env, store, tmp_path, task_queu
     assert proc.returncode == 0, err.decode()
     assert "waited well" in out.decode()
     assert "completed after 2 turn(s)" in err.decode()
+
+
+def test_a_value_out_of_range_is_one_line_naming_the_flag(tmp_path):
+    proc = durable_agent(["run", "x", "--context-window", "10"], cli_env(tmp_path))
+    assert_clean_error(proc, "--context-window: input should be greater than or equal to 50000")
+
+
+def test_no_traceback_for_a_closed_pipe_or_a_bug(capsys, monkeypatch):
+    from durable_agent.cli import _guarded
+
+    def closed() -> int:
+        raise BrokenPipeError
+
+    def bug() -> int:
+        raise KeyError("boom")
+
+    monkeypatch.setattr("durable_agent.cli._silence_stdout", lambda: None)
+    assert _guarded(closed) == 0  # `| head` went away: quietly done
+    monkeypatch.delenv("DURABLE_AGENT_DEBUG", raising=False)
+    assert _guarded(bug) == 2
+    err = capsys.readouterr().err
+    assert "unexpected KeyError: 'boom'" in err and "DURABLE_AGENT_DEBUG=1" in err
+    assert "Traceback" not in err
+    monkeypatch.setenv("DURABLE_AGENT_DEBUG", "1")
+    with pytest.raises(KeyError):
+        _guarded(bug)

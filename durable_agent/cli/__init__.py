@@ -39,13 +39,35 @@ def main(argv: list[str] | None = None) -> None:
     if args.command is None:
         parser().print_help()
         sys.exit(EXIT_USAGE)
+    hard_exit(_guarded(lambda: asyncio.run(command(args.command)(args))))
+
+
+def _guarded(run: Callable[[], int]) -> int:
+    """The command's exit code; never a traceback: a usage error is one line and a hint, a
+    closed stdout (`| head`) ends quietly, anything else is one line that says it is a bug
+    (DURABLE_AGENT_DEBUG=1 shows the traceback)."""
     try:
-        code = asyncio.run(command(args.command)(args))
+        return run()
     except CliError as exc:
-        code = fail(str(exc), exc.hint)
+        return fail(str(exc), exc.hint)
     except KeyboardInterrupt:
-        code = EXIT_DETACHED
-    hard_exit(code)
+        return EXIT_DETACHED
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except Exception as exc:
+        if os.environ.get("DURABLE_AGENT_DEBUG"):
+            raise
+        return fail(
+            f"unexpected {type(exc).__name__}: {exc}".splitlines()[0][:300],
+            "this is a bug in durable-agent; DURABLE_AGENT_DEBUG=1 shows the traceback",
+        )
+
+
+def _silence_stdout() -> None:
+    """The reader of stdout went away: further writes (the final flush) go nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _claude_invocation(argv: list[str]) -> bool:
@@ -56,12 +78,7 @@ def _run_claude(argv: list[str]) -> int:
     """Claude Code's command line (`durable-agent -p …`, the Agent SDK's `cli_path`)."""
     from durable_agent.cli import claude
 
-    try:
-        return asyncio.run(claude.cmd_claude(argv))
-    except CliError as exc:
-        return fail(str(exc), exc.hint)
-    except KeyboardInterrupt:
-        return EXIT_DETACHED
+    return _guarded(lambda: asyncio.run(claude.cmd_claude(argv)))
 
 
 def command(name: str) -> Callable[[Namespace], Coroutine[Any, Any, int]]:
@@ -84,6 +101,9 @@ def hard_exit(code: int) -> None:
     from durable_agent import telemetry
 
     telemetry.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # its reader is gone (`| head`)
+            pass
     os._exit(code)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from durable_agent import __version__
 from durable_agent.cli.console import FORMATS
 from durable_agent.cli.errors import CliError
@@ -129,6 +131,20 @@ def build_config(
 ) -> QueryConfig:
     """The config of the session's prompts; without `controls`, no permission checks (the
     engine's own tests)."""
+    try:
+        return _query_config(args, workspace, controls)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][-1]) if error.get("loc") else "an option"
+        raise CliError(
+            f"--{field.replace('_', '-')}: {error['msg'].lower()}",
+            "durable-agent COMMAND --help lists the options and their ranges",
+        ) from None
+
+
+def _query_config(
+    args: argparse.Namespace, workspace: Path, controls: Controls | None
+) -> QueryConfig:
     return QueryConfig(
         model=args.model or os.environ.get("ANTHROPIC_MODEL") or DEFAULT_MODEL,
         max_turns=args.max_turns,

@@ -9,7 +9,7 @@ import sys
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from durable_agent.cli.approving import ask_in_terminal
@@ -26,6 +26,8 @@ from durable_agent.engine.contracts import (
     SessionInput,
     SessionStatus,
 )
+from durable_agent.engine.messages import Usage
+from durable_agent.engine.pricing import cost_usd
 from durable_agent.engine.state import QueryConfig, QueryResult
 from durable_agent.names import Queries, Signals, Updates, Workflows
 
@@ -70,11 +72,15 @@ async def chat(
     detached = asyncio.Event()
     install_interrupt(lambda: asyncio.ensure_future(handle.signal(Signals.INTERRUPT)), detached.set)
     started = memo is not None  # a new session's first prompt is its "startup"
+    spent: dict[str, Usage] = {}  # what this chat's prompts cost, by model (for /cost)
     while not detached.is_set():
         line = await read_line("› ")
         if line is None or line.strip() in EXIT_WORDS:
             break
         if not line.strip():
+            continue
+        if line.strip().startswith("/"):
+            await slash_command(line.strip(), handle, console, spent)
             continue
         # The first prompt of a CLI that came back to a running session: SessionStart "resume".
         request = PromptRequest(prompt=line, session_start=None if started else "resume")
@@ -105,6 +111,8 @@ async def chat(
         )
         if result is None:
             break
+        for model, used in result.usage_by_model.items():
+            spent[model] = spent.get(model, Usage()) + used
         console.result(session_id, result)
     if detached.is_set():
         console.info(f"detached; the session goes on: durable-agent tail {session_id}")
@@ -112,6 +120,54 @@ async def chat(
     await riding_out(lambda: handle.signal(Signals.CLOSE), console, session_id)
     await riding_out(handle.result, console, session_id)
     return 0
+
+
+SLASH_HELP = """commands (anything else is a prompt):
+  /help     this list
+  /status   the session: prompts so far, permission mode, what it allows, the last outcome
+  /cost     what this chat's prompts cost so far (Anthropic's list prices)
+  /compact  not built yet: the conversation is compacted on its own when the context fills
+  /exit     end the session (so does end of input, Ctrl-D)"""
+
+
+async def slash_command(
+    line: str, handle: WorkflowHandle[Any, SessionStatus], console: Console, spent: dict[str, Usage]
+) -> None:
+    """A chat command; never sent to Claude as a prompt."""
+    name = line.split()[0].lower()
+    if name == "/help":
+        console.info(SLASH_HELP)
+    elif name == "/status":
+        try:
+            status = await asyncio.wait_for(
+                handle.query(Queries.STATUS, result_type=SessionStatus), 10
+            )
+        except (RPCError, TimeoutError):
+            console.info("the session does not answer now; durable-agent status shows why")
+            return
+        mode = status.permission_mode or "unchecked"
+        console.info(
+            f"session {status.session_id}: {status.queries} prompt(s), permission mode {mode}"
+        )
+        for grant in status.session_grants:
+            console.info(f"  allowed for this session: {grant.label()}")
+        if status.last_result is not None:
+            last = status.last_result
+            console.info(f"  last prompt: {last.terminal.value} after {last.turn_count} turn(s)")
+    elif name == "/cost":
+        total = cost_usd(spent)
+        used = sum(spent.values(), Usage())
+        console.info(
+            f"this chat: ${total:.4f} ({used.input_tokens:,} input, {used.output_tokens:,} "
+            f"output, {used.cache_read_input_tokens:,} cache-read tokens)"
+        )
+    elif name == "/compact":
+        console.info(
+            "/compact is not built yet: the conversation is compacted on its own when "
+            "the context fills (autocompact)"
+        )
+    else:
+        console.info(f"unknown command {name}; /help lists them")
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:

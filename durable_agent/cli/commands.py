@@ -274,7 +274,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
         if workflow_id and (failing := await failing_task(client, workflow_id)):
             print(failing)
     if status.running_query_id:
-        print(f"running: {status.running_query_id}")
+        print(await _running_line(client, status.running_query_id))
         from durable_agent.cli.approving import waiting
 
         for request in await waiting(client.get_workflow_handle(status.running_query_id)):
@@ -287,6 +287,23 @@ async def cmd_status(args: argparse.Namespace) -> int:
     if status.last_error:
         print(f"last error: {status.last_error}")
     return 0
+
+
+async def _running_line(client: Client, query_id: str) -> str:
+    """The running prompt: its text, what it is doing now and for how long."""
+    from datetime import UTC, datetime
+
+    child = client.get_workflow_handle(query_id)
+    line = f"running: {query_id}"
+    with contextlib.suppress(RPCError, TimeoutError):
+        desc = await child.describe()
+        prompt = " ".join((await desc.static_summary() or "").split())
+        elapsed = _age(datetime.now(UTC) - desc.start_time).removesuffix(" ago")
+        phase = await asyncio.wait_for(child.query(Queries.PHASE, result_type=str), 5)
+        line += f" for {elapsed}, {phase}"
+        if prompt:
+            line += f": {prompt[:80]!r}"
+    return line
 
 
 def _controls_lines(status: SessionStatus) -> list[str]:

@@ -84,6 +84,8 @@ async def test_worker_killed_while_a_tool_waits_for_approval(own_server, tmp_pat
             status = await asyncio.to_thread(cli, env, "status", sid)
             assert status.returncode == 0, status.stderr
             assert "waiting for approval: Bash: echo ran >> marker (request b1)" in status.stdout
+            assert f"running: {sid}-q1 for " in status.stdout  # what it does, how long, the prompt
+            assert ", tools: 'go'" in status.stdout, status.stdout
             approved = await asyncio.to_thread(cli, env, "approve", sid)
             assert approved.returncode == 0, approved.stderr
             assert "allow: Bash: echo ran >> marker" in approved.stdout
