@@ -246,6 +246,10 @@ def to_failure(exc: BaseException) -> ApiFailure:
             headers=dict(exc.response.headers),
         )
     text = f"{type(exc).__name__}: {exc}"
+    request = getattr(exc, "request", None)
+    url = getattr(request, "url", None) if isinstance(exc, anthropic.APIConnectionError) else None
+    if url is not None:  # which endpoint, so that a wrong ANTHROPIC_BASE_URL shows
+        text += f" (calling {url.scheme}://{url.host}{f':{url.port}' if url.port else ''})"
     chain = _causes(exc)
     reset = any(isinstance(e, ConnectionResetError | BrokenPipeError) for e in chain) or any(
         word in f"{type(e).__name__}: {e}".lower()

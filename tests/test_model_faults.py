@@ -157,6 +157,18 @@ async def test_a_connection_reset_is_recognised_through_the_sdks_wrapping(
     assert result.retries == {"ConnectionReset": 1}
 
 
+async def test_an_unreachable_api_names_its_url_and_the_fix(ts_env, store, workspace, task_queue):
+    with ReplayServer([]) as gone:
+        pass  # its port now refuses connections
+    _, status = await run_session(
+        ts_env.client, gone, store, workspace, "go", task_queue, max_retries=2
+    )
+    result = status.last_result
+    assert result is not None and result.terminal == Terminal.MODEL_ERROR
+    assert f"(calling {gone.base_url})" in result.message, result.message
+    assert "check ANTHROPIC_BASE_URL" in result.message and result.retries == {"ConnectionError": 2}
+
+
 async def test_truncated_sse_is_retried(ts_env, store, workspace, task_queue):
     turns = [streamed(Fault(kind="truncate", after_events=5)), text_turn("ok")]
     server, result, _ = await run(ts_env, store, workspace, task_queue, turns)

@@ -38,7 +38,9 @@ def model_error(exc: ActivityError, cfg: QueryConfig) -> str:
         limit = (
             opts.unattended_max_seconds if cfg.call.unattended else opts.model_call_timeout_seconds
         )
-        return f"gave up after {limit / 3600:g} h of retries; last error: {text}"
+        text = f"gave up after {limit / 3600:g} h of retries; last error: {text}"
+    if error_text(exc).startswith(("ConnectionError:", "ConnectionReset:")):  # `kind: message`
+        text += "; check ANTHROPIC_BASE_URL, the network and any proxy settings"
     return text
 
 

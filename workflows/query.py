@@ -257,9 +257,10 @@ class QueryWorkflow:
         workflow.set_current_details(
             f"{notice.error_type}, attempt {notice.attempt}{wait}: {notice.message}"
         )
+        said = f": {notice.message[:200]}" if notice.error_type.startswith("Connection") else ""
         self._emit(
             ProgressKind.STATUS,
-            f"{notice.error_type} (attempt {notice.attempt}){wait}",
+            f"{notice.error_type} (attempt {notice.attempt}){wait}{said}",
             is_error=True,
         )
 
