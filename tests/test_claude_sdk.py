@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,20 @@ async def test_a_pre_tool_use_hook_callback_of_the_sdk(dev_env, tmp_path, cli_pa
     assert "ok" in str(sent["b2"]["content"]) and not sent["b2"].get("is_error")
     result = messages[-1]
     assert isinstance(result, ResultMessage) and result.result == "Kept the notes."
+
+
+async def test_messages_arrive_while_the_prompt_runs(dev_env, tmp_path, cli_path, unknown_lines):
+    slow = text_turn("done at last")
+    slow.pause_before = {0: 3.0}  # the second answer starts 3 s after its request
+    turns = [tool_turn([("r1", "Read", {"file_path": "notes.txt"})]), slow]
+    with ReplayServer(turns) as server:
+        arrived: list[tuple[str, float]] = []
+        async for message in query(
+            prompt="read", options=options(dev_env, tmp_path, cli_path, server)
+        ):
+            arrived.append((type(message).__name__, time.monotonic()))
+    kinds = [k for k, _ in arrived]
+    assert kinds == ["SystemMessage", "AssistantMessage", "UserMessage", "AssistantMessage",
+                     "ResultMessage"], kinds  # fmt: skip
+    tool_use_at, result_at = arrived[1][1], arrived[-1][1]
+    assert result_at - tool_use_at > 2.0  # the tool_use was shown before the slow answer came

@@ -21,7 +21,6 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -472,29 +471,61 @@ class Front:
             except WorkflowUpdateFailedError:
                 pass  # answered elsewhere meanwhile, or interrupted
 
-    async def follow(self, entries: Callable[[str | None, str | None], list[TranscriptEntry]]):
-        """Each accepted prompt in order: its transcript entries, then its result."""
+    async def follow(self, lines: Lines) -> None:
+        """Each accepted prompt in order: its transcript entries as they land, then its result."""
         console = Console("json")  # progress stays off stdout
         while (item := await self.accepted.get()) is not None:
             child_id, _ = item
             started = time.monotonic()
             child = self.client.get_workflow_handle(child_id, result_type=QueryResult)
-            never = asyncio.Event()
-            on_approval = functools.partial(self.ask_sdk, child)
+            shown: list[TranscriptEntry] = []
+
+            async def live(shown: list[TranscriptEntry] = shown) -> None:
+                new = lines.landed()
+                shown.extend(new)
+                self.out.entries(new)
+
             result = await watch(
-                query_result(child), child, console, never, "waiting for a worker", 3600.0,
-                on_approval=on_approval,
+                query_result(child), child, console, asyncio.Event(), "waiting for a worker",
+                3600.0, on_approval=functools.partial(self.ask_sdk, child), on_events=live,
             )  # fmt: skip
             assert result is not None
-            new = entries(self.head, result.head_uuid)
-            self.out.entries(new)
+            rest = lines.chain_to(result.head_uuid)  # whatever the live view had not shown
+            shown.extend(rest)
+            self.out.entries(rest)
             text = next(
-                (e.message.text() for e in reversed(new) if e.type == "assistant" and e.message),
+                (e.message.text() for e in reversed(shown) if e.type == "assistant" and e.message),
                 result.final_text,
             )
             self.out.result(result, text if result.terminal == Terminal.COMPLETED else
                             (text or result.message), started)  # fmt: skip
             self.head, self.last = result.head_uuid, result
+
+
+class Lines:
+    """Which of the session's transcript entries stdout has shown: each once, in chain order,
+    as they land (an entry whose parent has been seen), and at a prompt's end whatever of its
+    chain is left. The transcript is read where this process's worker keeps it."""
+
+    def __init__(self, store: Any, session_id: str, head: str | None) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.known = {e.uuid for e in store.chain(session_id, head)} if head else set()
+
+    def landed(self) -> list[TranscriptEntry]:
+        new = []
+        for entry in self.store.entries(self.session_id).values():  # in file order
+            if entry.uuid not in self.known and (
+                entry.parent_uuid is None or entry.parent_uuid in self.known
+            ):
+                self.known.add(entry.uuid)
+                new.append(entry)
+        return new
+
+    def chain_to(self, head: str | None) -> list[TranscriptEntry]:
+        rest = [e for e in self.store.chain(self.session_id, head) if e.uuid not in self.known]
+        self.known.update(e.uuid for e in rest)
+        return rest
 
 
 async def cmd_claude(argv: list[str]) -> int:
@@ -528,14 +559,8 @@ async def cmd_claude(argv: list[str]) -> int:
         out = Out(args.output_format, session_id)
         front = Front(client, out, handle, args.permission_prompt_tool == "stdio")
         front.head, front.default_model = opened.head, config.model
-        store = _store()
-
-        def entries(after: str | None, head: str | None) -> list[TranscriptEntry]:
-            chain = store.chain(session_id, head)
-            seen = {e.uuid for e in store.chain(session_id, after)} if after else set()
-            return [e for e in chain if e.uuid not in seen]
-
-        follower = asyncio.ensure_future(front.follow(entries))
+        lines = Lines(_store(), session_id, opened.head)
+        follower = asyncio.ensure_future(front.follow(lines))
         out.init(config)
         if args.input_format == "text":
             await front.submit(prompt)

@@ -134,9 +134,11 @@ async def watch(
     idle_hint: str,
     idle_seconds: float = 15.0,
     on_approval: Callable[[], Awaitable[None]] | None = None,
+    on_events: Callable[[], Awaitable[None]] | None = None,
 ) -> T | None:
     """Print the prompt's progress events until `outcome` is ready (None if the user detached);
-    when a tool call starts waiting for approval, `on_approval` asks about it."""
+    `on_events` runs after new events, and when something starts waiting for an answer
+    `on_approval` asks about it."""
     result = asyncio.ensure_future(outcome)
     stop = asyncio.ensure_future(detached.wait())
     since = 0
@@ -145,7 +147,10 @@ async def watch(
     try:
         while True:
             done = result.done()
+            seen = since
             since, asks = await _show_events(child, console, since)
+            if since != seen and on_events is not None:
+                await on_events()
             if asks and on_approval is not None:
                 await on_approval()
             idle = asyncio.get_running_loop().time() - started > idle_seconds
