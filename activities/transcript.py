@@ -199,6 +199,14 @@ class TranscriptStore:
             self._append_line(path, line)
             return entry
 
+    def fork(self, source: str, target: str, head: str | None) -> int:
+        """A new session's transcript that starts as `source`'s chain up to `head` (`--fork-
+        session`): the same entries, in order, under the new session id; how many."""
+        chain = self.chain(source, head)
+        for entry in chain:
+            self.append_entry(target, entry)
+        return len(chain)
+
     def _append_line(self, path: Path, line: bytes) -> None:
         """Append one whole line, durably, or leave the file as it was and raise StoreError.
 

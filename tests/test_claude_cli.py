@@ -102,6 +102,29 @@ def test_a_prompt_on_stdin_and_json_output(dev_env, tmp_path):
     assert [r["started"] for r in rows] == sorted((r["started"] for r in rows), reverse=True)
 
 
+def test_resume_and_fork_session(dev_env, tmp_path):
+    turns = [text_turn("Noted."), text_turn("Forked."), text_turn("Original.")]
+    with ReplayServer(turns) as server:
+        env = env_for(dev_env, tmp_path, server)
+        ws = workspace(tmp_path)
+
+        def run(*flags: str) -> dict[str, Any]:
+            proc = subprocess.run(
+                ["durable-agent", "-p", *flags, "--output-format", "json"], cwd=ws, env=env,
+                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            return json.loads(proc.stdout)
+
+        first = run("remember: blue")
+        fork = run("what colour? (fork)", "--resume", first["session_id"], "--fork-session")
+        original = run("what colour? (original)", "--resume", first["session_id"])
+    assert fork["session_id"] != first["session_id"] == original["session_id"]
+    forked, resumed = (str(r["messages"]) for r in server.requests[1:])
+    assert "remember: blue" in forked and "remember: blue" in resumed
+    assert "(fork)" not in resumed  # the original session did not see the fork's prompt
+
+
 def test_max_budget_usd_stops_the_prompt(dev_env, tmp_path):
     # Each replayed call costs $0.0006 at Sonnet's prices (100 tokens in, 20 out).
     turns = [tool_turn([("b1", "Bash", {"command": "ls"})]), text_turn("never sent")]
@@ -124,7 +147,7 @@ def test_max_budget_usd_stops_the_prompt(dev_env, tmp_path):
     ("flags", "needle"),
     [
         (["--mcp-config", "servers.json"], "--mcp-config is not supported"),
-        (["--fork-session"], "--fork-session is not supported"),
+        (["--fork-session"], "--fork-session forks the session of --resume or --continue"),
         (["--frobnicate"], "unknown option --frobnicate"),
         (["--session-id", "nope"], "--session-id 'nope' is not a UUID"),
     ],

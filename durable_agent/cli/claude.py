@@ -62,7 +62,6 @@ CLAUDE_CODE_VERSION = "2.1.332"
 
 UNSUPPORTED = {
     "--include-partial-messages": "partial messages (stream_event lines) are not sent yet",
-    "--fork-session": "forking a session is not built yet",
     "--mcp-config": "MCP servers are not supported yet",
     "--strict-mcp-config": "MCP servers are not supported yet",
     "--system-prompt-file": "pass the text with --system-prompt",
@@ -109,6 +108,7 @@ def claude_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-id", help="the new session's id (a UUID)")
     p.add_argument("-r", "--resume", metavar="ID", help="continue this session")
     p.add_argument("-c", "--continue", action="store_true", dest="cont", help="the newest one here")
+    p.add_argument("--fork-session", action="store_true", help="with --resume: a new session")
     p.add_argument("--permission-prompt-tool", help="only `stdio`: ask the SDK (can_use_tool)")
     p.add_argument("--workspace", default=".", help=argparse.SUPPRESS)
     p.add_argument("-h", "--help", action="store_true", dest="show_help")
@@ -129,6 +129,8 @@ def parse_claude_args(argv: list[str]) -> argparse.Namespace:
         raise CliError(f"unknown option {flags[0]}", "durable-agent --help lists what is supported")
     if unknown:
         raise CliError(f"unexpected argument {unknown[0]!r}", "give one prompt, quoted")
+    if args.fork_session and not (args.resume or args.cont):
+        raise CliError("--fork-session forks the session of --resume or --continue", "add one")
     if args.permission_prompt_tool not in (None, "stdio"):
         raise CliError(
             f"--permission-prompt-tool {args.permission_prompt_tool}: only stdio is supported",
@@ -609,6 +611,8 @@ async def _open_session(
             desc = await handle.describe()
         except RPCError as exc:
             raise CliError(f"no session {session_id}: {exc.message}", "durable-agent list") from exc
+        if args.fork_session:
+            return await _fork(client, handle, desc.status, ns, args, config, stack)
         if desc.status == WorkflowExecutionStatus.RUNNING:
             place = await find_session(client, session_id)
             await stack.enter_async_context(
@@ -643,6 +647,51 @@ async def _open_session(
         result_type=SessionStatus,
     )
     return Opened(session_id, handle, start.state.head_uuid if start.state else None)
+
+
+async def _fork(
+    client: Client,
+    handle: WorkflowHandle[Any, SessionStatus],
+    status: WorkflowExecutionStatus | None,
+    ns: argparse.Namespace,
+    args: argparse.Namespace,
+    config: QueryConfig,
+    stack: AsyncExitStack,
+) -> Opened:
+    """`--fork-session`: a new session that starts from the resumed one's head (its finished
+    prompts), which goes on untouched."""
+    from durable_agent.wiring import build_worker
+
+    if status == WorkflowExecutionStatus.COMPLETED:
+        before = await handle.result()
+    elif status == WorkflowExecutionStatus.RUNNING:
+        before = await handle.query(Queries.STATUS, result_type=SessionStatus)
+    else:
+        raise CliError(
+            f"session {handle.id} is {state_name(status)}: it cannot be forked",
+            f"durable-agent status {handle.id} shows how it ended",
+        )
+    session_id = args.session_id or str(uuid.uuid4())
+    await asyncio.to_thread(_store().fork, handle.id, session_id, before.head_uuid)
+    last = before.last_result
+    state = SessionState(
+        head_uuid=before.head_uuid,
+        context_tokens=last.context_tokens if last else 0,
+        session_grants=before.session_grants,
+    )
+    task_queue = new_session_queue(ns, session_id)
+    if not ns.no_worker:
+        await stack.enter_async_context(build_worker(client, task_queue))
+    forked = await client.start_workflow(
+        Workflows.SESSION,
+        SessionInput(session_id=session_id, config=config, state=state),
+        id=session_id,
+        task_queue=task_queue,
+        static_summary=f"fork of {handle.id}",
+        memo=session_memo(task_queue, config, "claude"),
+        result_type=SessionStatus,
+    )
+    return Opened(session_id, forked, before.head_uuid)
 
 
 async def _latest_session(client: Client, workspace: str) -> str:
