@@ -549,7 +549,11 @@ class ModelActivities:
         early = req.config.eager_tools != EagerTools.NONE
         idle = req.config.stream_idle_seconds
 
+        shown = _StreamCopy(self.store, req) if req.config.stream_events else None
+
         async def on_event(event: Any) -> None:  # `heartbeating` beats meanwhile
+            if shown is not None:
+                await shown.add(event)
             if event.type == "content_block_stop" and event.content_block.type == "tool_use":
                 raw = event.content_block
                 block = ToolUseBlock(id=raw.id, name=raw.name, input=dict(raw.input))
@@ -561,7 +565,11 @@ class ModelActivities:
         async with heartbeating(details):
             client = await self.client(refresh_key=refresh)
             body = client.messages.stream(**request)
-            return await read_stream(body, idle, on_event)
+            try:
+                return await read_stream(body, idle, on_event)
+            finally:
+                if shown is not None:
+                    await shown.flush()
 
     def _decide(self, exc: BaseException, req: CallModelInput, track: RetryTrack) -> ErrorDecision:
         cfg = req.config
@@ -636,6 +644,40 @@ def _withheld(req: CallModelInput, decision: ErrorDecision) -> CallModelOutput:
 def _permission(req: CallModelInput, name: str, raw: dict[str, Any]) -> Behavior | None:
     ctx = req.config.permissions
     return None if ctx is None else check(name, raw, ctx).behavior
+
+
+RAW_STREAM_EVENTS = frozenset(
+    {"message_start", "content_block_start", "content_block_delta", "content_block_stop",
+     "message_delta", "message_stop"}
+)  # fmt: skip
+
+
+class _StreamCopy:
+    """The raw events of one stream, appended to the session's stream file in small batches
+    (off the event loop), each tagged with the answer it belongs to."""
+
+    def __init__(self, store: TranscriptStore, req: CallModelInput) -> None:
+        self.store, self.req = store, req
+        self.attempt = activity.info().attempt if activity.in_activity() else 1
+        self.lines: list[str] = []
+        self.last = time.monotonic()
+
+    async def add(self, event: Any) -> None:
+        if event.type not in RAW_STREAM_EVENTS:
+            return
+        raw = event.model_dump(mode="json", exclude={"message_snapshot", "snapshot"})
+        line = {"assistant_uuid": self.req.assistant_uuid, "attempt": self.attempt, "event": raw}
+        self.lines.append(json.dumps(line) + "\n")
+        if time.monotonic() - self.last > 0.05:
+            await self.flush()
+
+    async def flush(self) -> None:
+        lines, self.lines, self.last = self.lines, [], time.monotonic()
+        if lines:
+            try:
+                await off_loop(self.store.append_stream_events, self.req.session_id, lines)
+            except OSError as exc:  # a view, not the answer: the call goes on without it
+                activity.logger.warning("could not write stream events: %s", exc)
 
 
 def _hooked(req: CallModelInput, name: str) -> bool:

@@ -308,6 +308,17 @@ class TranscriptStore:
         """Where hook activities record each hook's start and outcome (never run twice)."""
         return self._results_dir(session_id) / "hooks"
 
+    def stream_path(self, session_id: str) -> Path:
+        """The raw stream events of the session's model calls, for a front-end that shows
+        partial messages (`--include-partial-messages`): not history, not the transcript."""
+        return self.root / "sessions" / f"{_SAFE_ID.sub('_', session_id)}.stream.jsonl"
+
+    def append_stream_events(self, session_id: str, lines: list[str]) -> None:
+        path = self.stream_path(session_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("".join(lines))
+
     def overflow_dir(self, session_id: str) -> Path:
         """Where whole oversized tool results are kept as text, for the Read tool."""
         return self._results_dir(session_id) / "full"

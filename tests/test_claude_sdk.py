@@ -21,6 +21,7 @@ from claude_agent_sdk import (
     HookMatcher,
     PermissionResultDeny,
     ResultMessage,
+    StreamEvent,
     SystemMessage,
     TextBlock,
     ToolUseBlock,
@@ -221,3 +222,25 @@ async def test_messages_arrive_while_the_prompt_runs(dev_env, tmp_path, cli_path
                      "ResultMessage"], kinds  # fmt: skip
     tool_use_at, result_at = arrived[1][1], arrived[-1][1]
     assert result_at - tool_use_at > 2.0  # the tool_use was shown before the slow answer came
+
+
+async def test_partial_messages_stream_before_the_message(
+    dev_env, tmp_path, cli_path, unknown_lines
+):
+    with ReplayServer([text_turn("streamed answer")]) as server:
+        opts = options(dev_env, tmp_path, cli_path, server, include_partial_messages=True)
+        messages = await collect("stream it", opts)
+    kinds = [type(m).__name__ for m in messages]
+    assert kinds[0] == "SystemMessage" and kinds[-2:] == ["AssistantMessage", "ResultMessage"]
+    events = [m.event for m in messages if isinstance(m, StreamEvent)]
+    assert kinds.index("AssistantMessage") > kinds.index("StreamEvent")  # the stream came first
+    types = [e["type"] for e in events]
+    assert types[0] == "message_start" and types[-1] == "message_stop"
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    assert text == "streamed answer"
+    # the transcript holds the message, not its stream
+    sessions = tmp_path / "home" / "sessions"
+    (transcript,) = [p for p in sessions.glob("*.jsonl") if not p.name.endswith(".stream.jsonl")]
+    assert "streamed answer" in transcript.read_text()
+    assert "content_block_delta" not in transcript.read_text()
+    assert "content_block_delta" in next(sessions.glob("*.stream.jsonl")).read_text()

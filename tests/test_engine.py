@@ -77,6 +77,7 @@ def test_transition_and_terminal_names_are_the_public_contract():
         "image_error",
         "model_error",
         "max_turns",
+        "max_budget",
         "hook_stopped",
         "stop_hook_prevented",
     }
@@ -164,7 +165,8 @@ def test_a_flat_config_from_an_old_history_validates_to_the_same_values():
     # unset (its tools ran unchecked, unsandboxed, with no tool hooks, nobody asked)
     expected = {k: v for k, v in OLD_FLAT_CONFIG.items() if k != "streaming_tool_execution"}
     added: dict[str, object] = {"permissions": None, "tool_hooks": None, "sandbox": None}
-    added.update(settings=None, approvals=False, base_system_prompt=None)
+    added.update(settings=None, approvals=False, base_system_prompt=None, stream_events=False)
+    added["max_budget_usd"] = None
     assert _leaves(cfg) == {**expected, "eager_tools": "none", **added}
     assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "none"
     assert QueryConfig(eager_tools="all").call.eager_tools == "all"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import sys
@@ -61,7 +62,6 @@ CLAUDE_CODE_VERSION = "2.1.332"
 `system/init` reports as `claude_code_version`, which the Agent SDK checks)."""
 
 UNSUPPORTED = {
-    "--include-partial-messages": "partial messages (stream_event lines) are not sent yet",
     "--mcp-config": "MCP servers are not supported yet",
     "--strict-mcp-config": "MCP servers are not supported yet",
     "--system-prompt-file": "pass the text with --system-prompt",
@@ -98,6 +98,7 @@ def claude_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-format", choices=("text", "json", "stream-json"), default="text")
     p.add_argument("--input-format", choices=("text", "stream-json"), default="text")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--include-partial-messages", action="store_true", dest="partial")
     p.add_argument("--system-prompt", help="replaces the built-in system prompt")
     p.add_argument("--append-system-prompt")
     p.add_argument("--model")
@@ -504,6 +505,52 @@ class Front:
             self.head, self.last = result.head_uuid, result
 
 
+class StreamTail:
+    """`--include-partial-messages`: the raw stream events the worker of this machine writes
+    for the session (TranscriptStore.stream_path), as Claude Code's `stream_event` lines, from
+    where the file stood when this process started."""
+
+    def __init__(self, path: Any, out: Out) -> None:
+        self.path, self.out = path, out
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.task = asyncio.ensure_future(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            self.drain()
+            await asyncio.sleep(0.1)
+
+    def drain(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        for raw in whole.decode("utf-8", errors="replace").splitlines():
+            try:
+                item = json.loads(raw)
+            except ValueError:
+                continue
+            self.out.line(
+                {
+                    "type": "stream_event",
+                    "uuid": str(uuid.uuid4()),
+                    "session_id": self.out.session_id,
+                    "event": item["event"],
+                    "parent_tool_use_id": None,
+                }
+            )
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        self.drain()
+
+
 class Lines:
     """Which of the session's transcript entries stdout has shown: each once, in chain order,
     as they land (an entry whose parent has been seen), and at a prompt's end whatever of its
@@ -513,8 +560,11 @@ class Lines:
         self.store = store
         self.session_id = session_id
         self.known = {e.uuid for e in store.chain(session_id, head)} if head else set()
+        self.partial: StreamTail | None = None
 
     def landed(self) -> list[TranscriptEntry]:
+        if self.partial is not None:
+            self.partial.drain()  # a message's stream events come before the message
         new = []
         for entry in self.store.entries(self.session_id).values():  # in file order
             if entry.uuid not in self.known and (
@@ -553,7 +603,9 @@ async def cmd_claude(argv: list[str]) -> int:
         config = config.model_copy(
             update={
                 "approvals": args.permission_prompt_tool == "stdio",
-                "call": config.call.model_copy(update={"base_system_prompt": args.system_prompt}),
+                "call": config.call.model_copy(
+                    update={"base_system_prompt": args.system_prompt, "stream_events": args.partial}
+                ),
             }
         )
         opened = await _open_session(client, console, ns, args, config, stack)
@@ -561,7 +613,11 @@ async def cmd_claude(argv: list[str]) -> int:
         out = Out(args.output_format, session_id)
         front = Front(client, out, handle, args.permission_prompt_tool == "stdio")
         front.head, front.default_model = opened.head, config.model
-        lines = Lines(_store(), session_id, opened.head)
+        store = _store()
+        lines = Lines(store, session_id, opened.head)
+        if args.partial and args.output_format == "stream-json":
+            lines.partial = StreamTail(store.stream_path(session_id), out)
+            stack.push_async_callback(lines.partial.stop)
         follower = asyncio.ensure_future(front.follow(lines))
         out.init(config)
         if args.input_format == "text":

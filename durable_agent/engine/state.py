@@ -118,6 +118,9 @@ class ModelCallConfig(BaseModel):
     """Rules, mode and working directories every tool call is checked against (the call
     step decides, since only it sees the inputs); None: no checks (the engine's own tests and
     histories recorded before permissions existed)."""
+    stream_events: bool = False
+    """Also write each raw stream event to the session's stream file (for a front-end that
+    shows partial messages); never to history or the transcript."""
     tool_hooks: dict[str, Any] | None = None
     """The settings' PreToolUse / PostToolUse / PostToolUseFailure hooks: a tool they match
     goes to the workflow (which runs them around it), never inside the call step, and keeps
