@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
 from tests.test_cli import ROOT, assert_clean_error, cli_env
 
 CI_SCRIPT = """set -euo pipefail
@@ -24,6 +24,7 @@ echo "is_error=$(jq -r .is_error <<<"$result")"
 echo "cost=$(jq -r .total_cost_usd <<<"$result")"
 echo "session=$(jq -r .session_id <<<"$result")"
 echo "lines=$(printf '%s\\n' "$out" | jq -r .type | tr '\\n' ' ')"
+echo "retry=$(printf '%s\\n' "$out" | jq -r 'select(.subtype == "api_retry") | .message')"
 """
 
 
@@ -53,7 +54,8 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed (.ci/run installs it)")
 def test_a_ci_script_reads_the_result_with_jq(dev_env, tmp_path):
-    turns = [tool_turn([("b1", "Bash", {"command": "ls"})]), text_turn("One file: a.txt.")]
+    overloaded = Turn(error=ErrorReply(status=529, type="overloaded_error", message="busy"))
+    turns = [overloaded, tool_turn([("b1", "Bash", {"command": "ls"})]), text_turn("One file.")]
     with ReplayServer(turns) as server:
         env = env_for(dev_env, tmp_path, server)
         proc = subprocess.run(
@@ -64,8 +66,10 @@ def test_a_ci_script_reads_the_result_with_jq(dev_env, tmp_path):
     got = dict(line.split("=", 1) for line in proc.stdout.splitlines())
     assert got["subtype"] == "success" and got["is_error"] == "false"
     assert float(got["cost"]) > 0 and len(got["session"]) == 36  # a UUID
-    assert got["lines"].split() == ["system", "assistant", "user", "assistant", "result"]
-    assert "a.txt" in json.dumps(server.requests[1]["messages"][-1])  # ls really ran
+    # init, the 529's api_retry line, then the conversation
+    assert got["lines"].split() == ["system", "system", "assistant", "user", "assistant", "result"]
+    assert got["retry"].startswith("Overloaded (attempt 1)")
+    assert "a.txt" in json.dumps(server.requests[2]["messages"][-1])  # ls really ran
 
 
 def test_a_prompt_on_stdin_and_json_output(dev_env, tmp_path):

@@ -259,7 +259,7 @@ class QueryWorkflow:
         )
         said = f": {notice.message[:200]}" if notice.error_type.startswith("Connection") else ""
         self._emit(
-            ProgressKind.STATUS,
+            ProgressKind.RETRY,
             f"{notice.error_type} (attempt {notice.attempt}){wait}{said}",
             is_error=True,
         )

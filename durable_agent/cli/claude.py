@@ -54,7 +54,13 @@ from durable_agent.engine.contracts import (
 )
 from durable_agent.engine.messages import TranscriptEntry
 from durable_agent.engine.pricing import price_of
-from durable_agent.engine.state import QueryConfig, QueryResult, Terminal
+from durable_agent.engine.state import (
+    ProgressEvent,
+    ProgressKind,
+    QueryConfig,
+    QueryResult,
+    Terminal,
+)
 from durable_agent.names import Queries, Signals, Updates, Workflows
 
 CLAUDE_CODE_VERSION = "2.1.332"
@@ -483,7 +489,15 @@ class Front:
             child = self.client.get_workflow_handle(child_id, result_type=QueryResult)
             shown: list[TranscriptEntry] = []
 
-            async def live(shown: list[TranscriptEntry] = shown) -> None:
+            async def live(
+                events: list[ProgressEvent], shown: list[TranscriptEntry] = shown
+            ) -> None:
+                for event in events:
+                    if event.kind == ProgressKind.RETRY:  # Claude Code's api_retry system line
+                        self.out.line(
+                            {"type": "system", "subtype": "api_retry", "message": event.text,
+                             "session_id": self.out.session_id, "uuid": str(uuid.uuid4())}
+                        )  # fmt: skip
                 new = lines.landed()
                 shown.extend(new)
                 self.out.entries(new)

@@ -43,7 +43,7 @@ class Console:
             elif event.kind == ProgressKind.TOOL_RESULT:
                 mark = "✗" if event.is_error else "⎿"
                 print(f"    {mark} {event.text}", file=self.err, flush=True)
-            elif event.kind == ProgressKind.STATUS:
+            elif event.kind in (ProgressKind.STATUS, ProgressKind.RETRY):
                 print(f"  · {event.text}", file=self.err, flush=True)
             elif event.kind == ProgressKind.APPROVAL:
                 print(f"  ? {event.text}", file=self.err, flush=True)

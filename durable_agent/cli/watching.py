@@ -134,11 +134,11 @@ async def watch(
     idle_hint: str,
     idle_seconds: float = 15.0,
     on_approval: Callable[[], Awaitable[None]] | None = None,
-    on_events: Callable[[], Awaitable[None]] | None = None,
+    on_events: Callable[[list[ProgressEvent]], Awaitable[None]] | None = None,
 ) -> T | None:
     """Print the prompt's progress events until `outcome` is ready (None if the user detached);
-    `on_events` runs after new events, and when something starts waiting for an answer
-    `on_approval` asks about it."""
+    `on_events` gets the new events, and when something starts waiting for an answer (a call
+    for approval, an event for the SDK's hook callbacks) `on_approval` asks about it."""
     result = asyncio.ensure_future(outcome)
     stop = asyncio.ensure_future(detached.wait())
     since = 0
@@ -147,10 +147,10 @@ async def watch(
     try:
         while True:
             done = result.done()
-            seen = since
-            since, asks = await _show_events(child, console, since)
-            if since != seen and on_events is not None:
-                await on_events()
+            since, events = await _show_events(child, console, since)
+            if events and on_events is not None:
+                await on_events(events)
+            asks = any(e.kind in (ProgressKind.APPROVAL, ProgressKind.HOOK) for e in events)
             if asks and on_approval is not None:
                 await on_approval()
             idle = asyncio.get_running_loop().time() - started > idle_seconds
@@ -185,19 +185,18 @@ async def _started(child: WorkflowHandle[Any, Any]) -> bool:
 
 async def _show_events(
     child: WorkflowHandle[Any, Any], console: Console, since: int
-) -> tuple[int, bool]:
-    """Print the events after `since`; the next index, and whether something began to wait for
-    an answer among them (a call for approval, an event for the SDK's hook callbacks)."""
+) -> tuple[int, list[ProgressEvent]]:
+    """Print the events after `since`; the next index, and those events."""
     try:
         events = await child.query(Queries.PROGRESS, since, result_type=list[ProgressEvent])
     except RPCError:
-        return since, False  # not started yet
+        return since, []  # not started yet
     except Exception:  # noqa: BLE001 — a failed query must not end the watch
-        return since, False
+        return since, []
     for event in events:
         console.event(event)
         since = event.index + 1
-    return since, any(e.kind in (ProgressKind.APPROVAL, ProgressKind.HOOK) for e in events)
+    return since, events
 
 
 async def query_result(child: WorkflowHandle[Any, QueryResult]) -> QueryResult:

@@ -442,6 +442,8 @@ class ProgressKind(StrEnum):
     STATUS = "status"
     APPROVAL = "approval"
     """A tool call waits for a person's decision (the `approvals` query lists it)."""
+    RETRY = "retry"
+    """A model call failed an attempt and will be tried again (the text says why and when)."""
     HOOK = "hook_callback"
     """An event waits for the Agent SDK's hook callbacks (the `hook_requests` query)."""
 
