@@ -666,7 +666,6 @@ async def _open_session(
 ) -> Opened:
     """A new session, or (`--resume ID`, `--continue`) an earlier one: joined where it still
     runs (this process serves its queue), started again from its head where it finished."""
-    from durable_agent.wiring import build_worker
 
     resumed = args.resume or (
         await _latest_session(client, config.workspace) if args.cont else None
@@ -704,19 +703,33 @@ async def _open_session(
             session_grants=before.session_grants,
         )
         start = SessionInput(session_id=session_id, config=config, state=state)
-    task_queue = new_session_queue(ns, session_id)
+    handle = await _start(client, ns, start, stack, "durable-agent -p")
+    return Opened(session_id, handle, start.state.head_uuid if start.state else None)
+
+
+async def _start(
+    client: Client,
+    ns: argparse.Namespace,
+    start: SessionInput,
+    stack: AsyncExitStack,
+    summary: str,
+) -> WorkflowHandle[Any, SessionStatus]:
+    """Start the session on a queue of its own, served by a worker in this process (unless
+    --no-worker) for as long as `stack` lasts."""
+    from durable_agent.wiring import build_worker
+
+    task_queue = new_session_queue(ns, start.session_id)
     if not ns.no_worker:
         await stack.enter_async_context(build_worker(client, task_queue))
-    handle = await client.start_workflow(
+    return await client.start_workflow(
         Workflows.SESSION,
         start,
-        id=session_id,
+        id=start.session_id,
         task_queue=task_queue,
-        static_summary="durable-agent -p",
-        memo=session_memo(task_queue, config, "claude"),
+        static_summary=summary,
+        memo=session_memo(task_queue, start.config, "claude"),
         result_type=SessionStatus,
     )
-    return Opened(session_id, handle, start.state.head_uuid if start.state else None)
 
 
 async def _fork(
@@ -730,7 +743,6 @@ async def _fork(
 ) -> Opened:
     """`--fork-session`: a new session that starts from the resumed one's head (its finished
     prompts), which goes on untouched."""
-    from durable_agent.wiring import build_worker
 
     if status == WorkflowExecutionStatus.COMPLETED:
         before = await handle.result()
@@ -749,18 +761,8 @@ async def _fork(
         context_tokens=last.context_tokens if last else 0,
         session_grants=before.session_grants,
     )
-    task_queue = new_session_queue(ns, session_id)
-    if not ns.no_worker:
-        await stack.enter_async_context(build_worker(client, task_queue))
-    forked = await client.start_workflow(
-        Workflows.SESSION,
-        SessionInput(session_id=session_id, config=config, state=state),
-        id=session_id,
-        task_queue=task_queue,
-        static_summary=f"fork of {handle.id}",
-        memo=session_memo(task_queue, config, "claude"),
-        result_type=SessionStatus,
-    )
+    start = SessionInput(session_id=session_id, config=config, state=state)
+    forked = await _start(client, ns, start, stack, f"fork of {handle.id}")
     return Opened(session_id, forked, before.head_uuid)
 
 

@@ -195,23 +195,7 @@ def hooks_for(
     ignored for events without one), deduplicated. `hooks` is a settings `hooks` value, as
     pydantic models (`dict[str, list[HookGroup]]`) or plain JSON. Handlers of other types
     (http, prompt, agent, ...) are not run here."""
-    groups = hooks.get(event) if isinstance(hooks, Mapping) else None
-    found: list[HookCommandSpec] = []
-    for group in groups if isinstance(groups, list) else []:
-        matcher = _field(group, "matcher")
-        if event in MATCHER_FIELDS and not matcher_accepts(
-            matcher if isinstance(matcher, str) else None, target
-        ):
-            continue
-        handlers = _field(group, "hooks")
-        for handler in handlers if isinstance(handlers, list) else []:
-            command = _field(handler, "command")
-            if _field(handler, "type") == "command" and isinstance(command, str) and command:
-                spec = HookCommandSpec(
-                    command=command, timeout=_timeout(_field(handler, "timeout")), source=source
-                )
-                found.append(spec)
-    return dedupe(found)
+    return _specs(hooks, event, target, "command", "command", "", source)
 
 
 SDK_CALLBACK = "sdk-callback:"
@@ -223,6 +207,20 @@ def callbacks_for(
     hooks: Mapping[str, Any] | None, event: str, target: str | None
 ) -> list[HookCommandSpec]:
     """The SDK callbacks (`{"type": "callback", "id": …}` handlers) of `event` for `target`."""
+    return _specs(hooks, event, target, "callback", "id", SDK_CALLBACK)
+
+
+def _specs(
+    hooks: Mapping[str, Any] | None,
+    event: str,
+    target: str | None,
+    kind: str,
+    key: str,
+    prefix: str,
+    source: str = "",
+) -> list[HookCommandSpec]:
+    """The handlers of type `kind` (their `key` field names what runs) of the groups of
+    `event` whose matcher accepts `target`, deduplicated."""
     groups = hooks.get(event) if isinstance(hooks, Mapping) else None
     found: list[HookCommandSpec] = []
     for group in groups if isinstance(groups, list) else []:
@@ -233,10 +231,10 @@ def callbacks_for(
             continue
         handlers = _field(group, "hooks")
         for handler in handlers if isinstance(handlers, list) else []:
-            callback = _field(handler, "id")
-            if _field(handler, "type") == "callback" and isinstance(callback, str) and callback:
+            what = _field(handler, key)
+            if _field(handler, "type") == kind and isinstance(what, str) and what:
                 timeout = _timeout(_field(handler, "timeout"))
-                found.append(HookCommandSpec(command=SDK_CALLBACK + callback, timeout=timeout))
+                found.append(HookCommandSpec(command=prefix + what, timeout=timeout, source=source))
     return dedupe(found)
 
 
