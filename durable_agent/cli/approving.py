@@ -57,8 +57,10 @@ def describe(request: ApprovalRequest) -> list[str]:
 async def waiting(child: WorkflowHandle[Any, Any]) -> list[ApprovalRequest]:
     """The prompt's calls that wait for an answer (none when it is not running)."""
     try:
-        return await child.query(Queries.APPROVALS, result_type=list[ApprovalRequest])
-    except RPCError:
+        return await asyncio.wait_for(
+            child.query(Queries.APPROVALS, result_type=list[ApprovalRequest]), 10
+        )
+    except (RPCError, TimeoutError):
         return []
 
 

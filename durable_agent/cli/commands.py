@@ -270,10 +270,14 @@ async def cmd_status(args: argparse.Namespace) -> int:
     print(f"session {status.session_id}: {state_name(desc.status)}, {status.queries} prompt(s)")
     for line in _controls_lines(status):
         print(line)
+    stuck = False
     for workflow_id in (args.session_id, status.running_query_id):
         if workflow_id and (failing := await failing_task(client, workflow_id)):
             print(failing)
-    if status.running_query_id:
+            stuck = stuck or workflow_id == status.running_query_id
+    if status.running_query_id and stuck:  # its queries would only time out
+        print(f"running: {status.running_query_id}")
+    elif status.running_query_id:
         print(await _running_line(client, status.running_query_id))
         from durable_agent.cli.approving import waiting
 
