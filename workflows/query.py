@@ -514,29 +514,27 @@ class QueryWorkflow:
         sdk = [c for c in commands if c.command.startswith(SDK_CALLBACK)]
         commands = [c for c in commands if not c.command.startswith(SDK_CALLBACK)]
         recorded = await self._sdk_hooks(event, sdk, payload, tool_result) if sdk else []
-        if not commands:
+        if not commands:  # only the SDK's: nothing for an activity to run
             result = aggregate(event, recorded)
-            for note in user_notes(result):
-                self._emit(ProgressKind.STATUS, f"{event} hook: {note}", is_error=True)
-            return result
-        req = HookEventInput(
-            session_id=self._inp.session_id,
-            workspace=self._cfg.workspace,
-            event=event,
-            target=target,
-            payload=payload,
-            commands=commands,
-            heartbeat_seconds=self._cfg.activity.tool_heartbeat_seconds,
-            tool_result=tool_result,
-            env=self._settings_env(),
-            recorded_runs=recorded,
-        )
-        summary = f"{event} hooks" + (f": {target}" if target else "")
-        try:
-            result = await steps.run_hooks(req, summary)
-        except ActivityError as exc:
-            self._emit(ProgressKind.STATUS, f"{event} hooks failed: {error_text(exc)}", True)
-            return None
+        else:
+            req = HookEventInput(
+                session_id=self._inp.session_id,
+                workspace=self._cfg.workspace,
+                event=event,
+                target=target,
+                payload=payload,
+                commands=commands,
+                heartbeat_seconds=self._cfg.activity.tool_heartbeat_seconds,
+                tool_result=tool_result,
+                env=self._settings_env(),
+                recorded_runs=recorded,
+            )
+            summary = f"{event} hooks" + (f": {target}" if target else "")
+            try:
+                result = await steps.run_hooks(req, summary)
+            except ActivityError as exc:
+                self._emit(ProgressKind.STATUS, f"{event} hooks failed: {error_text(exc)}", True)
+                return None
         for note in user_notes(result):
             self._emit(ProgressKind.STATUS, f"{event} hook: {note}", is_error=True)
         return result

@@ -86,10 +86,6 @@ UNSUPPORTED = {
 }
 """Claude Code flags refused with a reason (value-taking or not, they are never ignored)."""
 
-COMMANDS = ("initialize", "interrupt", "set_model", "set_permission_mode")
-"""Control requests answered (initialize registers the SDK's hook callbacks); any other gets
-an error response naming it."""
-
 
 def claude_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -349,7 +345,8 @@ class Front:
         self.out = out
         self.handle = handle
         self.stdio_approval = stdio_approval
-        self.accepted: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
+        self.accepted: asyncio.Queue[str | None] = asyncio.Queue()
+        """The workflow ids of the prompts accepted, in order (None: no more)."""
         self.replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.last: QueryResult | None = None
         self.head: str | None = None
@@ -365,10 +362,11 @@ class Front:
             )  # fmt: skip
         except WorkflowUpdateFailedError as exc:
             raise CliError(f"the prompt was not accepted: {exc.cause}") from exc
-        await self.accepted.put((accepted.query_workflow_id, prompt))
+        await self.accepted.put(accepted.query_workflow_id)
 
     async def control(self, message: dict[str, Any]) -> None:
-        """Answer one control request from the SDK."""
+        """Answer one control request from the SDK: initialize (registering its hook callbacks),
+        interrupt, set_model, set_permission_mode; any other gets an error response naming it."""
         request_id = message.get("request_id", "")
         request = message.get("request") or {}
         subtype = request.get("subtype")
@@ -483,8 +481,7 @@ class Front:
     async def follow(self, lines: Lines) -> None:
         """Each accepted prompt in order: its transcript entries as they land, then its result."""
         console = Console("json")  # progress stays off stdout
-        while (item := await self.accepted.get()) is not None:
-            child_id, _ = item
+        while (child_id := await self.accepted.get()) is not None:
             started = time.monotonic()
             child = self.client.get_workflow_handle(child_id, result_type=QueryResult)
             shown: list[TranscriptEntry] = []
