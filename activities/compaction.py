@@ -44,8 +44,8 @@ from durable_agent.engine.messages import (
 from durable_agent.engine.request import ModelRequest, build_request, request_messages
 from durable_agent.names import Activities
 
-SUMMARY_PROMPT = """The conversation above is about to be replaced by a summary, because the \
-context window is nearly full. Write that summary now: detailed enough that you can continue the \
+SUMMARY_PROMPT = """The conversation above is about to be replaced by a summary, {why}. \
+Write that summary now: detailed enough that you can continue the \
 work from it alone, without the earlier messages. Do not call any tools.
 
 Use exactly these sections:
@@ -59,7 +59,22 @@ Use exactly these sections:
 
 Write the summary inside <summary></summary> tags."""
 
-CONTINUATION = """This session continues from an earlier conversation that ran out of context. \
+WHY_AUTO = "because the context window is nearly full"
+WHY_MANUAL = "because the user asked for it (/compact)"
+USER_INSTRUCTIONS = "\n\nThe user's instructions for this summary:\n{instructions}"
+
+
+def summary_prompt(req: CompactInput) -> str:
+    """The summary request's instruction; a manual `/compact` says so, with the user's
+    instructions after it."""
+    if req.trigger != "manual":
+        return SUMMARY_PROMPT.format(why=WHY_AUTO)
+    text = SUMMARY_PROMPT.format(why=WHY_MANUAL)
+    extra = req.custom_instructions.strip()
+    return text + (USER_INSTRUCTIONS.format(instructions=extra) if extra else "")
+
+
+CONTINUATION = """This session continues from an earlier conversation that {why}. \
 The summary below covers the earlier part of it.
 
 {summary}
@@ -132,7 +147,12 @@ class CompactionActivities:
             compactMetadata=CompactMetadata(trigger=req.trigger, pre_tokens=req.pre_tokens),
         )
         self.store.append_entry(req.session_id, boundary)
-        text = CONTINUATION.format(summary=summary)
+        why = (
+            "was summarised at the user's request"
+            if req.trigger == "manual"
+            else ("ran out of context")
+        )
+        text = CONTINUATION.format(why=why, summary=summary)
         return self.store.append(
             req.session_id,
             req.summary_uuid,
@@ -147,7 +167,7 @@ class CompactionActivities:
             "session_id": req.session_id,
             "transcript_path": str(self.store.transcript_path(req.session_id)),
             "trigger": "auto" if req.trigger == "auto" else "manual",
-            "custom_instructions": "",
+            "custom_instructions": req.custom_instructions,
         }
         ledger = self.store.hook_ledger(req.session_id)
         if req.pre_compact is not None:  # chosen from the prompt's settings snapshot
@@ -171,10 +191,12 @@ class CompactionActivities:
                 "model": req.request.model,
                 "max_tokens": req.config.compact_max_tokens,
                 "system": system_prompt(req.config, req.workspace),
-                "messages": with_instruction(messages, SUMMARY_PROMPT),
+                "messages": with_instruction(messages, summary_prompt(req)),
                 "tools": build_request([], "", req.config.tools, req.request)[0]["tools"],
                 "tool_choice": {"type": "none"},
             }
+            if not body["system"]:  # `--system-prompt ""`: the API takes no empty system
+                del body["system"]
             try:
                 text = await self._stream_text(body, req.config.stream_idle_seconds)
             except (
@@ -217,11 +239,10 @@ class CompactionActivities:
         )
         try:
             client = await self.model.client()
+            # No `system` when the prompt has none (`--system-prompt ""`, as the Agent SDK sends).
+            fields = {k: body[k] for k in ("system", "tools") if k in body}
             counted = await client.messages.count_tokens(
-                model=body["model"],
-                system=body["system"],
-                messages=body["messages"],
-                tools=body["tools"],
+                model=body["model"], messages=body["messages"], **fields
             )
             return int(counted.input_tokens)
         except (anthropic.APIError, httpx2.HTTPError, OSError):

@@ -80,12 +80,13 @@ async def start_session(
 HISTORIES = Path(__file__).parent / "histories"
 
 
-async def record_histories(client: Client, session_id: str) -> None:
-    """With RECORD_HISTORIES=1, keep the session's and its first prompt's histories as replay
-    fixtures, named after the running test."""
+async def record_histories(client: Client, session_id: str, query: int = 1) -> None:
+    """With RECORD_HISTORIES=1, keep the session's and its `query`-th prompt's histories as
+    replay fixtures, named after the running test."""
     if not os.environ.get("RECORD_HISTORIES"):
         return
     test = os.environ.get("PYTEST_CURRENT_TEST", "unknown").split("::")[-1].split(" ")[0]
-    for suffix, workflow_id in (("session", session_id), ("query", f"{session_id}-q1")):
+    kept = (("session", session_id), ("query", f"{session_id}-q{query}"))
+    for suffix, workflow_id in kept:
         history = await client.get_workflow_handle(workflow_id).fetch_history()
         (HISTORIES / f"{test.removeprefix('test_')}.{suffix}.json").write_text(history.to_json())

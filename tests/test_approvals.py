@@ -13,6 +13,7 @@ from pathlib import Path
 from durable_agent.cli.approving import reply
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.test_cli import ROOT, cli_env
+from tests.test_compaction import Script
 from tests.test_permissions_e2e import results_sent, text_of
 
 APPEND = "echo one >> marker"
@@ -80,14 +81,18 @@ def test_chat_slash_commands_are_commands_not_prompts(dev_env, tmp_path):
         ANTHROPIC_API_KEY="dummy",
         TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
     )
-    with ReplayServer([text_turn("hello back")]) as server:
+    script = Script([text_turn("hello back")])
+    with ReplayServer(script) as server:
         env["ANTHROPIC_BASE_URL"] = server.base_url
-        proc = chat(env, ws, "/help\n/cost\nhello\n/cost\n/status\n/compact\n/bogus\n")
+        lines = "/help\n/cost\nhello\n/cost\n/status\n/compact keep greetings\n/bogus\n"
+        proc = chat(env, ws, lines)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert len(server.requests) == 1  # only "hello" reached Claude
+    # Only "hello" reached Claude as a prompt; /compact asked for a summary of it.
+    assert len(server.requests) == 2 and script.summary_requests == 1
+    assert "keep greetings" in json.dumps(server.requests[1]["messages"][-1])
     err = proc.stderr
     assert "/status   the session" in err and "this chat: $0.0000" in err
     assert "this chat: $0.0006 (100 input, 20 output" in err  # after the prompt
     assert "1 prompt(s), permission mode default" in err
     assert "last prompt: completed after 1 turn(s)" in err
-    assert "/compact is not built yet" in err and "unknown command /bogus" in err
+    assert "compacted the conversation (manual)" in err and "unknown command /bogus" in err

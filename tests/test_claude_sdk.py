@@ -31,6 +31,7 @@ from claude_agent_sdk import (
 
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.test_cli import ROOT, cli_env
+from tests.test_compaction import Script
 
 
 @pytest.fixture
@@ -129,11 +130,12 @@ async def _stream(text: str):
     yield {"type": "user", "message": {"role": "user", "content": text}, "parent_tool_use_id": None}
 
 
-async def test_a_client_session_with_two_prompts_then_resume_from_a_new_process(
+async def test_a_client_session_with_two_prompts_and_a_compact_then_resume_from_a_new_process(
     dev_env, tmp_path, cli_path, unknown_lines
 ):
     turns = [text_turn("Noted: blue."), text_turn("You said blue."), text_turn("Still blue.")]
-    with ReplayServer(turns) as server:
+    script = Script(turns, summaries=[text_turn("<summary>Their colour: blue.</summary>")])
+    with ReplayServer(script) as server:
         opts = options(dev_env, tmp_path, cli_path, server)
         async with ClaudeSDKClient(opts) as client:
             await client.query("remember: my colour is blue")
@@ -141,6 +143,8 @@ async def test_a_client_session_with_two_prompts_then_resume_from_a_new_process(
             await client.set_model("claude-haiku-4-5")  # for the prompts that follow
             await client.query("what is my colour?")
             second = [m async for m in client.receive_response()]
+            await client.query("/compact keep the colour")  # a command, as in Claude Code
+            compacted = [m async for m in client.receive_response()]
         done = first[-1]
         assert isinstance(done, ResultMessage) and done.result == "Noted: blue."
         assert isinstance(second[-1], ResultMessage) and second[-1].result == "You said blue."
@@ -148,14 +152,21 @@ async def test_a_client_session_with_two_prompts_then_resume_from_a_new_process(
         # The second prompt's request carries the first exchange.
         assert "remember: my colour is blue" in str(server.requests[1]["messages"])
         models = [r["model"] for r in server.requests]
-        assert models == ["claude-sonnet-4-5", "claude-haiku-4-5"]
+        assert models == ["claude-sonnet-4-5", "claude-haiku-4-5", "claude-haiku-4-5"]
+        boundary, summarised = compacted[0], compacted[-1]
+        assert isinstance(boundary, SystemMessage) and boundary.subtype == "compact_boundary"
+        assert boundary.data["compact_metadata"]["trigger"] == "manual"
+        assert boundary.data["compact_metadata"]["pre_tokens"] > 0
+        assert isinstance(summarised, ResultMessage) and summarised.subtype == "success"
+        assert script.summary_requests == 1 and "keep the colour" in str(server.requests[2])
         # The first process has exited (its session ended); a new one resumes it.
         resumed = await collect("and now?", replace(opts, resume=done.session_id))
     result = resumed[-1]
     assert isinstance(result, ResultMessage) and result.result == "Still blue."
     assert result.session_id == done.session_id
-    history = str(server.requests[2]["messages"])
-    assert "remember: my colour is blue" in history and "You said blue." in history
+    # It goes on from the summary /compact left, not from the exchanges before it.
+    history = str(server.requests[3]["messages"])
+    assert "Their colour: blue." in history and "You said blue." not in history
 
 
 async def test_interrupt_ends_the_running_prompt(dev_env, tmp_path, cli_path, unknown_lines):

@@ -3,16 +3,20 @@
 import asyncio
 import json
 import time
+import uuid
 
 import pytest
+from temporalio.client import WorkflowUpdateFailedError
 
+from durable_agent.cli.watching import query_result
 from durable_agent.engine.context import CLEARED_MARKER
-from durable_agent.engine.state import Terminal, Transition
+from durable_agent.engine.contracts import PromptRequest, SessionInput
+from durable_agent.engine.state import QueryConfig, QueryResult, Terminal, Transition
 from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
 from durable_agent.replay.cassette import message
 from durable_agent.wiring import build_worker
 from tests.faults.harness import transcript_problems
-from tests.helpers import replay_client_factory, run_session, start_session
+from tests.helpers import record_histories, replay_client_factory, run_session, start_session
 from workflows.session import SessionWorkflow
 
 SUMMARY = "<summary>1. Request and intent: list files. 7. Next step: finish.</summary>"
@@ -271,3 +275,78 @@ async def test_an_interrupt_during_compaction_ends_the_prompt_in_seconds(
     assert result.terminal == Terminal.ABORTED_STREAMING and result.compactions == 0
     assert took < 10, f"the interrupt took {took:.1f}s"
     assert transcript_problems(store.transcript_path(sid)) == []
+
+
+async def _prompt(handle, request):
+    """Send `request` to the session; the result of the query it starts."""
+    accepted = await handle.execute_update(
+        SessionWorkflow.submit_prompt, request, id=f"p-{uuid.uuid4()}"
+    )
+    child = handle._client.get_workflow_handle(accepted.query_workflow_id, result_type=QueryResult)
+    return await query_result(child)
+
+
+async def test_manual_compact_summarises_now_with_the_users_instructions(
+    ts_env, store, workspace, task_queue, tmp_path, monkeypatch
+):
+    seen = tmp_path / "precompact.json"
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"hooks": {"PreCompact": [
+        {"matcher": "manual", "hooks": [{"type": "command", "command": f"cat > {seen}"}]},
+        {"matcher": "auto", "hooks": [{"type": "command", "command": "echo never > never.txt"}]},
+    ]}}))  # fmt: skip
+    monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(settings))
+    script = Script([text_turn("the number is noted"), text_turn("it was 7")])
+    with ReplayServer(script) as server:
+        factory = replay_client_factory(server)
+        async with build_worker(ts_env.client, task_queue, store, factory):
+            sid, handle = await start_session(
+                ts_env.client, workspace, task_queue, "remember the number 7", close_when_idle=False
+            )
+            with pytest.raises(WorkflowUpdateFailedError) as empty:
+                await _prompt(handle, PromptRequest(prompt=" "))  # only a compact may be empty
+            assert "empty" in str(empty.value.cause)
+            compacted = await _prompt(handle, PromptRequest(prompt="keep the number", compact=True))
+            after = await _prompt(handle, PromptRequest(prompt="which number was it?"))
+            await handle.signal(SessionWorkflow.close)
+            status = await handle.result()
+    await record_histories(ts_env.client, sid, query=2)  # the /compact
+    assert compacted.terminal == Terminal.COMPLETED, compacted
+    assert compacted.compactions == 1 and compacted.turn_count == 0
+    assert script.summary_requests == 1 and len(server.requests) == 3
+    ask = json.dumps(server.requests[1]["messages"])
+    assert "remember the number 7" in ask and "the number is noted" in ask
+    assert "(/compact)" in ask and "instructions for this summary:\\nkeep the number" in ask
+    # The next prompt goes on from the summary alone.
+    sent = server.requests[2]["messages"]
+    assert "summarised at the user's request" in json.dumps(sent[0])
+    assert "remember the number 7" not in json.dumps(sent)
+    assert "which number was it?" in json.dumps(sent[-1])
+    assert after.terminal == Terminal.COMPLETED and status.last_result == after
+    payload = json.loads(seen.read_text())
+    assert payload["trigger"] == "manual" and payload["custom_instructions"] == "keep the number"
+    assert not (workspace / "never.txt").exists()
+    boundaries = [e for e in store.entries(sid).values() if e.subtype == "compact_boundary"]
+    assert [b.compact_metadata.trigger for b in boundaries] == ["manual"]
+    assert transcript_problems(store.transcript_path(sid)) == []
+
+
+async def test_manual_compact_of_a_session_with_no_conversation_is_refused(
+    ts_env, store, workspace, task_queue
+):
+    with ReplayServer(Script([])) as server:
+        factory = replay_client_factory(server)
+        async with build_worker(ts_env.client, task_queue, store, factory):
+            handle = await ts_env.client.start_workflow(
+                SessionWorkflow.run,
+                SessionInput(session_id=f"t-{uuid.uuid4()}", config=QueryConfig(
+                    workspace=str(workspace))),
+                id=f"t-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )  # fmt: skip
+            with pytest.raises(WorkflowUpdateFailedError) as failed:
+                await _prompt(handle, PromptRequest(prompt="", compact=True))
+            assert "nothing to compact" in str(failed.value.cause)
+            await handle.signal(SessionWorkflow.close)
+            await handle.result()
+    assert server.requests == []

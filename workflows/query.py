@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         Transition,
     )
     from durable_agent.engine.steps import (
+        INTERRUPTED,
         CallModel,
         Compact,
         ContinueAsNew,
@@ -162,14 +163,24 @@ class QueryWorkflow:
     def __init__(self, inp: QueryInput) -> None:
         self._inp = inp
         self._cfg = inp.config
-        self._state = inp.state or State(
-            head_uuid=inp.parent_uuid,
-            pending=PendingUser(
-                uuid=str(workflow.uuid4()), parent_uuid=inp.parent_uuid, prompt=inp.prompt
-            ),
-            context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
-            session_grants=tuple(inp.session_grants),
-        )
+        if inp.state is not None:
+            self._state = inp.state
+        elif inp.compact:  # `/compact`: the conversation so far, no new prompt
+            self._state = State(
+                head_uuid=inp.parent_uuid,
+                context_tokens=inp.context_tokens,
+                session_grants=tuple(inp.session_grants),
+                turn_count=0,
+            )
+        else:
+            self._state = State(
+                head_uuid=inp.parent_uuid,
+                pending=PendingUser(
+                    uuid=str(workflow.uuid4()), parent_uuid=inp.parent_uuid, prompt=inp.prompt
+                ),
+                context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
+                session_grants=tuple(inp.session_grants),
+            )
         self._interrupted = False
         self._events: list[ProgressEvent] = []
         self._running: list[asyncio.Future[Any]] = []
@@ -184,7 +195,9 @@ class QueryWorkflow:
     @workflow.run
     async def run(self, inp: QueryInput) -> QueryResult:
         budget = token_budget(self._cfg, inp.prompt)
-        if inp.state is None:
+        if inp.state is None and inp.compact:
+            await self._manual_compact(inp.prompt)
+        elif inp.state is None:
             await self._prompt_hooks(inp.prompt)
         while True:
             step: Step = decide(self._state, self._cfg, self._facts(budget))
@@ -787,12 +800,30 @@ class QueryWorkflow:
             str(workflow.uuid4()),
         )
 
-    async def _compact(self, reactive: bool) -> None:
-        """Summarise into a compact boundary. Interrupted, the phase is unchanged (the interrupt
-        ends the prompt); failed, autocompact counts a failure, reactive gives up."""
+    async def _manual_compact(self, instructions: str) -> None:
+        """`/compact [instructions]`: summarise now and end; no model turn follows."""
+        if self._state.head_uuid is None:  # the prompts before it were all blocked
+            self._state = self._state.ended(Terminal.COMPLETED, "there was nothing to compact")
+            return
+        compacted = await self._compact(reactive=False, instructions=instructions)
+        if compacted:
+            self._state = self._state.ended(Terminal.COMPLETED)
+        elif self._interrupted:
+            self._state = self._state.ended(Terminal.ABORTED_STREAMING, INTERRUPTED)
+        else:
+            self._state = self._state.ended(
+                Terminal.MODEL_ERROR, "the conversation was not compacted (the summary failed)"
+            )
+
+    async def _compact(self, reactive: bool, instructions: str | None = None) -> bool:
+        """Summarise into a compact boundary (True when done). Interrupted, the phase is
+        unchanged (the interrupt ends the prompt); failed, autocompact counts a failure,
+        reactive gives up. `instructions` (not None): a manual `/compact`."""
         cfg, state = self._cfg, self._state
-        trigger = "reactive" if reactive else "auto"
-        matcher = "manual" if reactive else "auto"  # the hooks' `trigger` (PreCompact's too)
+        trigger = "manual" if instructions is not None else "reactive" if reactive else "auto"
+        matcher = (
+            "auto" if trigger == "auto" else "manual"
+        )  # the hooks' `trigger` (PreCompact's too)
         self._phase = "compacting"
         workflow.set_current_details(f"compacting {state.context_tokens:,} tokens ({trigger})")
         req = CompactInput(
@@ -808,17 +839,18 @@ class QueryWorkflow:
             trigger=trigger,
             pre_tokens=state.context_tokens,
             pre_compact=None if cfg.settings is None else self._hooks("PreCompact", matcher),
+            custom_instructions=instructions or "",
         )
         try:
             out = await self._guarded(steps.autocompact(req, cfg))
         except _Interrupted:
-            return
+            return False
         except ActivityError as exc:
             self._emit(
                 ProgressKind.STATUS, f"{trigger} compact failed: {error_text(exc)}", is_error=True
             )
             self._state = compaction_failed(self._state, reactive)
-            return
+            return False
         for note in out.hook_notes:
             self._emit(ProgressKind.STATUS, note, is_error=True)
         await self._observe("PostCompact", matcher, trigger=matcher)
@@ -845,6 +877,7 @@ class QueryWorkflow:
             self._state = self._state.model_copy(
                 update={"pending": pending, "context_tokens": tokens}
             )
+        return True
 
     async def _drain(self, target_tokens: int) -> None:
         state = self._state

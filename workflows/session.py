@@ -63,7 +63,11 @@ class SessionWorkflow:
 
     @submit_prompt.validator
     def _validate_prompt(self, req: PromptRequest) -> None:
-        if not req.prompt.strip():
+        if req.compact:
+            state = self._state
+            if state.head_uuid is None and state.queries == 0 and not state.queued:
+                raise ValueError("there is nothing to compact yet: the session has no conversation")
+        elif not req.prompt.strip():
             raise ValueError("the prompt is empty")
         if len(req.prompt) > MAX_PROMPT_CHARS:
             raise ValueError(
@@ -230,9 +234,10 @@ class SessionWorkflow:
                 context_tokens=state.context_tokens,
                 session_grants=list(state.session_grants),
                 session_start="startup" if index == 1 else req.session_start,
+                compact=req.compact,
             ),
             id=child_id,
-            static_summary=req.prompt[:200],
+            static_summary=f"/compact {req.prompt}"[:200] if req.compact else req.prompt[:200],
             execution_timeout=timedelta(days=30),
         )
         self._running = child_id

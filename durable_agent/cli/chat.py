@@ -18,7 +18,13 @@ from durable_agent.cli.console import Console
 from durable_agent.cli.errors import EXIT_DETACHED, CliError
 from durable_agent.cli.reconnect import riding_out
 from durable_agent.cli.serving import prepared, serving
-from durable_agent.cli.sessions import find_session, new_session_id, new_session_queue, session_memo
+from durable_agent.cli.sessions import (
+    compact_request,
+    find_session,
+    new_session_id,
+    new_session_queue,
+    session_memo,
+)
 from durable_agent.cli.watching import idle_hint, install_interrupt, query_result, watch
 from durable_agent.engine.contracts import (
     PromptAccepted,
@@ -80,11 +86,14 @@ async def chat(
         if not line.strip():
             continue
         if line.strip().startswith("/"):
-            await slash_command(line.strip(), handle, console, spent)
-            continue
-        # The first prompt of a CLI that came back to a running session: SessionStart "resume".
-        request = PromptRequest(prompt=line, session_start=None if started else "resume")
-        started = True
+            command = await slash_command(line.strip(), handle, console, spent)
+            if command is None:
+                continue
+            request = command
+        else:
+            # A CLI's first prompt to a session it came back to: SessionStart "resume".
+            request = PromptRequest(prompt=line, session_start=None if started else "resume")
+            started = True
         update_id = f"prompt-{uuid.uuid4()}"  # the same id on a retry: sent once, not twice
 
         def submit(request: PromptRequest = request, update_id: str = update_id) -> Any:
@@ -126,15 +135,19 @@ SLASH_HELP = """commands (anything else is a prompt):
   /help     this list
   /status   the session: prompts so far, permission mode, what it allows, the last outcome
   /cost     what this chat's prompts cost so far (Anthropic's list prices)
-  /compact  not built yet: the conversation is compacted on its own when the context fills
+  /compact [instructions]
+            summarise the conversation now, to free context (what to keep, if you say)
   /exit     end the session (so does end of input, Ctrl-D)"""
 
 
 async def slash_command(
     line: str, handle: WorkflowHandle[Any, SessionStatus], console: Console, spent: dict[str, Usage]
-) -> None:
-    """A chat command; never sent to Claude as a prompt."""
+) -> PromptRequest | None:
+    """A chat command; never sent to Claude as a prompt. `/compact` is run by the session like
+    a prompt (the request returned); the others are answered here."""
     name = line.split()[0].lower()
+    if name == "/compact":
+        return compact_request(line)
     if name == "/help":
         console.info(SLASH_HELP)
     elif name == "/status":
@@ -161,13 +174,9 @@ async def slash_command(
             f"this chat: ${total:.4f} ({used.input_tokens:,} input, {used.output_tokens:,} "
             f"output, {used.cache_read_input_tokens:,} cache-read tokens)"
         )
-    elif name == "/compact":
-        console.info(
-            "/compact is not built yet: the conversation is compacted on its own when "
-            "the context fills (autocompact)"
-        )
     else:
         console.info(f"unknown command {name}; /help lists them")
+    return None
 
 
 async def cmd_chat(args: argparse.Namespace) -> int:

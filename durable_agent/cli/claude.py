@@ -38,7 +38,13 @@ from durable_agent.cli.args import _permission_options, parser, positive_usd
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.serving import prepared, serving
-from durable_agent.cli.sessions import find_session, new_session_queue, session_memo, state_name
+from durable_agent.cli.sessions import (
+    compact_request,
+    find_session,
+    new_session_queue,
+    session_memo,
+    state_name,
+)
 from durable_agent.cli.watching import query_result, watch
 from durable_agent.engine.contracts import (
     ApprovalAnswer,
@@ -189,7 +195,7 @@ class Out:
                 "mcp_servers": [],
                 "model": config.model,
                 "permissionMode": perms.mode.value if perms else "default",
-                "slash_commands": [],
+                "slash_commands": ["compact"],
                 "apiKeySource": "none",
                 "claude_code_version": CLAUDE_CODE_VERSION,
                 "output_style": "default",
@@ -354,7 +360,8 @@ class Front:
         """What set_model(None) goes back to (the model this process started with)."""
 
     async def submit(self, prompt: str) -> None:
-        request = PromptRequest(prompt=prompt)
+        """A prompt, or `/compact [instructions]` (as Claude Code takes it in print mode)."""
+        request = compact_request(prompt) or PromptRequest(prompt=prompt)
         try:
             accepted = await self.handle.execute_update(
                 Updates.SUBMIT_PROMPT, request, id=f"prompt-{uuid.uuid4()}",

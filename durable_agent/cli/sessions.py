@@ -14,6 +14,7 @@ from temporalio.service import RPCError
 
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
+from durable_agent.engine.contracts import PromptRequest
 from durable_agent.engine.state import QueryConfig
 
 SESSION_QUEUE_PREFIX = "durable-agent-session-"
@@ -115,3 +116,11 @@ def worker_hint(session_id: str, task_queue: str) -> str:
 
 def state_name(status: WorkflowExecutionStatus | None) -> str:
     return status.name.lower() if status else "unknown"
+
+
+def compact_request(prompt: str) -> PromptRequest | None:
+    """`/compact [instructions]` as the session's request; None when `prompt` is not one."""
+    name, _, instructions = prompt.strip().partition(" ")
+    if name.lower() != "/compact":
+        return None
+    return PromptRequest(prompt=instructions.strip(), compact=True)

@@ -150,6 +150,9 @@ class QueryInput(BaseModel):
     session_start: str | None = None
     """SessionStart's source when this prompt opens the session (`startup`) or a CLI's return
     to it (`resume`); None otherwise."""
+    compact: bool = False
+    """A manual compaction (`/compact`) instead of a prompt: `prompt` holds its instructions
+    (may be empty); no model turn runs after the summary."""
 
 
 class CompactInput(BaseModel):
@@ -169,6 +172,8 @@ class CompactInput(BaseModel):
     pre_compact: list[HookCommandSpec] | None = None
     """The PreCompact handlers of the prompt's settings snapshot; None (histories from before
     the snapshot): the activity reads the settings files."""
+    custom_instructions: str = ""
+    """What the user asked the summary to keep (`/compact …`); PreCompact hooks see it."""
 
 
 class CompactOutput(BaseModel):
@@ -197,6 +202,9 @@ class PromptRequest(BaseModel):
     session_start: str | None = None
     """`resume`: the first prompt a CLI sends to a session it re-attached to (SessionStart
     hooks run with that source first)."""
+    compact: bool = False
+    """`/compact [instructions]`: summarise the conversation now; `prompt` holds the
+    instructions (may be empty)."""
 
 
 class SessionState(BaseModel):
