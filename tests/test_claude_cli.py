@@ -123,6 +123,15 @@ def test_resume_and_fork_session(dev_env, tmp_path):
         first = run("remember: blue")
         fork = run("what colour? (fork)", "--resume", first["session_id"], "--fork-session")
         original = run("what colour? (original)", "--resume", first["session_id"])
+        # Another machine (its own state dir, the same Temporal server) lacks the transcript:
+        # it refuses in one line instead of going on without the conversation.
+        elsewhere = subprocess.run(
+            ["durable-agent", "-p", "and here?", "--resume", first["session_id"]], cwd=ws,
+            env={**env, "DURABLE_AGENT_HOME": str(tmp_path / "other-machine")},
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert_clean_error(elsewhere, f"session {first['session_id']}'s transcript is not in this")
+    assert len(server.requests) == 3
     assert fork["session_id"] != first["session_id"] == original["session_id"]
     forked, resumed = (str(r["messages"]) for r in server.requests[1:])
     assert "remember: blue" in forked and "remember: blue" in resumed

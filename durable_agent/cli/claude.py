@@ -687,11 +687,12 @@ async def _open_session(
         if args.fork_session:
             return await _fork(client, handle, desc.status, ns, args, config, stack)
         if desc.status == WorkflowExecutionStatus.RUNNING:
+            status = await handle.query(Queries.STATUS, result_type=SessionStatus)
+            await _transcript_here(session_id, status.head_uuid)
             place = await find_session(client, session_id)
             await stack.enter_async_context(
                 serving(client, console, session_id, place, ns.no_worker)
             )
-            status = await handle.query(Queries.STATUS, result_type=SessionStatus)
             return Opened(session_id, handle, status.head_uuid, owned=False)
         if desc.status != WorkflowExecutionStatus.COMPLETED:
             raise CliError(
@@ -699,6 +700,7 @@ async def _open_session(
                 f"durable-agent status {session_id} shows how it ended",
             )
         before: SessionStatus = await handle.result()
+        await _transcript_here(session_id, before.head_uuid)
         last = before.last_result
         state = SessionState(
             head_uuid=before.head_uuid,
@@ -757,6 +759,7 @@ async def _fork(
             f"session {handle.id} is {state_name(status)}: it cannot be forked",
             f"durable-agent status {handle.id} shows how it ended",
         )
+    await _transcript_here(handle.id, before.head_uuid)
     session_id = args.session_id or str(uuid.uuid4())
     await asyncio.to_thread(_store().fork, handle.id, session_id, before.head_uuid)
     last = before.last_result
@@ -768,6 +771,22 @@ async def _fork(
     start = SessionInput(session_id=session_id, config=config, state=state)
     forked = await _start(client, ns, start, stack, f"fork of {handle.id}")
     return Opened(session_id, forked, before.head_uuid)
+
+
+async def _transcript_here(session_id: str, head: str | None) -> None:
+    """A session goes on from its transcript, which is kept in the state dir of the machine
+    that ran it (DESIGN §6: no shared store yet): refuse, in one line, to go on from a
+    machine that does not hold it, rather than start a worker there that cannot read it."""
+    store = _store()
+    if head is None or head in await asyncio.to_thread(store.entries, session_id):
+        return
+    raise CliError(
+        f"session {session_id}'s transcript is not in this machine's state dir "
+        f"({store.transcript_path(session_id)} lacks its last entry)",
+        "resume it on the machine that ran it (same DURABLE_AGENT_HOME), or first copy "
+        f"{store.transcript_path(session_id).name} (and its .results directory) from the "
+        "sessions directory there into this one",
+    )
 
 
 async def _latest_session(client: Client, workspace: str) -> str:
