@@ -17,28 +17,46 @@ modules (activities, anthropic, temporalio.worker) are imported only by a comman
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from argparse import Namespace
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from durable_agent.cli.args import build_config, parser
-from durable_agent.cli.console import fail
 from durable_agent.cli.errors import EXIT_DETACHED, EXIT_USAGE, CliError
+
+if TYPE_CHECKING:
+    from durable_agent.cli.args import build_config, parser
 
 __all__ = ["CliError", "build_config", "hard_exit", "main", "parser"]
 
 
+def __getattr__(name: str) -> Any:
+    """`parser` and `build_config` are imported when first asked for: importing this package
+    (the console script's first step) must be quick, so that a Ctrl-C in the first moments of
+    the CLI reaches `main`, which ends quietly, rather than interrupting an import."""
+    if name in ("parser", "build_config"):
+        from durable_agent.cli import args
+
+        return getattr(args, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if _claude_invocation(argv):
-        hard_exit(_run_claude(argv))
-    args = parser().parse_args(argv)
+    try:
+        if _claude_invocation(argv):
+            hard_exit(_run_claude(argv))
+        from durable_agent.cli.args import parser
+
+        args = parser().parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the CLI starts (imports): nothing has begun
+        os._exit(EXIT_DETACHED)
     if args.command is None:
         parser().print_help()
         sys.exit(EXIT_USAGE)
+    import asyncio
+
     hard_exit(_guarded(lambda: asyncio.run(command(args.command)(args))))
 
 
@@ -46,6 +64,8 @@ def _guarded(run: Callable[[], int]) -> int:
     """The command's exit code; never a traceback: a usage error is one line and a hint, a
     closed stdout (`| head`) ends quietly, anything else is one line that says it is a bug
     (DURABLE_AGENT_DEBUG=1 shows the traceback)."""
+    from durable_agent.cli.console import fail
+
     try:
         return run()
     except CliError as exc:
@@ -76,6 +96,8 @@ def _claude_invocation(argv: list[str]) -> bool:
 
 def _run_claude(argv: list[str]) -> int:
     """Claude Code's command line (`durable-agent -p …`, the Agent SDK's `cli_path`)."""
+    import asyncio
+
     from durable_agent.cli import claude
 
     return _guarded(lambda: asyncio.run(claude.cmd_claude(argv)))
@@ -98,12 +120,15 @@ def command(name: str) -> Callable[[Namespace], Coroutine[Any, Any, int]]:
 def hard_exit(code: int) -> None:
     """Exit without interpreter finalization, where the SDK's native layer can abort the process
     (DESIGN.md §5: SIGABRT/SIGSEGV at exit); everything is flushed first."""
-    from durable_agent import telemetry
+    try:
+        from durable_agent import telemetry
 
-    telemetry.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (BrokenPipeError, ValueError):  # its reader is gone (`| head`)
-            pass
+        telemetry.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (BrokenPipeError, ValueError):  # its reader is gone (`| head`)
+                pass
+    except KeyboardInterrupt:  # Ctrl-C as the command ends: it has ended
+        pass
     os._exit(code)

@@ -25,7 +25,13 @@ from durable_agent.cli.sessions import (
     new_session_queue,
     session_memo,
 )
-from durable_agent.cli.watching import idle_hint, install_interrupt, query_result, watch
+from durable_agent.cli.watching import (
+    idle_hint,
+    install_interrupt,
+    query_result,
+    send_interrupt,
+    watch,
+)
 from durable_agent.engine.contracts import (
     PromptAccepted,
     PromptRequest,
@@ -76,7 +82,7 @@ async def chat(
         handle = client.get_workflow_handle(session_id, result_type=SessionStatus)
     console.info(f"session {session_id}: one prompt per line; /exit or end of input to finish")
     detached = asyncio.Event()
-    install_interrupt(lambda: asyncio.ensure_future(handle.signal(Signals.INTERRUPT)), detached.set)
+    install_interrupt(lambda: send_interrupt(handle, console), detached.set)
     started = memo is not None  # a new session's first prompt is its "startup"
     spent: dict[str, Usage] = {}  # what this chat's prompts cost, by model (for /cost)
     while not detached.is_set():

@@ -49,6 +49,20 @@ def install_interrupt(on_first: object, on_second: object) -> None:
         pass
 
 
+def send_interrupt(handle: WorkflowHandle[Any, Any], console: Console) -> asyncio.Future[None]:
+    """Signal the session to interrupt its prompt, in the background. A session that has just
+    ended (Ctrl-C as the run finishes) has nothing left to interrupt: that is not an error."""
+
+    async def send() -> None:
+        try:
+            await handle.signal(Signals.INTERRUPT)
+        except RPCError as exc:
+            if exc.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                console.info(f"could not interrupt: {exc.message} (Ctrl-C again detaches)")
+
+    return asyncio.ensure_future(send())
+
+
 def idle_hint(task_queue: str) -> tuple[str, float]:
     """What to say when no worker has picked a prompt up, and after how long."""
     text = (
@@ -111,7 +125,7 @@ async def watch_session(client: Client, console: Console, session_id: str, task_
 
     def interrupt() -> None:
         console.info("interrupting…")
-        asyncio.ensure_future(handle.signal(Signals.INTERRUPT))
+        send_interrupt(handle, console)
 
     install_interrupt(interrupt, detached.set)
     child = client.get_workflow_handle(query_workflow_id(session_id, 1))
