@@ -202,7 +202,16 @@ async def test_a_pre_tool_use_hook_callback_of_the_sdk(dev_env, tmp_path, cli_pa
         ),
         text_turn("Kept the notes."),
     ]
-    hooks: Any = {"PreToolUse": [HookMatcher(matcher="Bash", hooks=[no_rm])]}
+    after: list[dict[str, Any]] = []
+
+    async def record(input_data: Any, tool_use_id: str | None, context: Any) -> Any:
+        after.append(input_data)
+        return {}
+
+    hooks: Any = {
+        "PreToolUse": [HookMatcher(matcher="Bash", hooks=[no_rm])],
+        "PostToolUse": [HookMatcher(matcher="Bash", hooks=[record])],
+    }
     with ReplayServer(turns) as server:
         opts = options(dev_env, tmp_path, cli_path, server, hooks=hooks, allowed_tools=["Bash"])
         messages = await collect(_stream("tidy up"), opts)
@@ -211,6 +220,9 @@ async def test_a_pre_tool_use_hook_callback_of_the_sdk(dev_env, tmp_path, cli_pa
     ]  # fmt: skip
     assert seen[0]["tool_name"] == "Bash" and seen[0]["tool_input"] == {"command": "rm notes.txt"}
     assert (tmp_path / "ws" / "notes.txt").exists()
+    # PostToolUse for the call that ran, with its output (read from where the tool stored it).
+    assert [(a["hook_event_name"], a["tool_use_id"]) for a in after] == [("PostToolUse", "b2")]
+    assert after[0]["tool_response"].strip() == "ok"
     sent = {b["tool_use_id"]: b for b in server.requests[1]["messages"][-1]["content"]}
     assert sent["b1"]["is_error"] and "no rm here" in str(sent["b1"]["content"])
     assert "ok" in str(sent["b2"]["content"]) and not sent["b2"].get("is_error")

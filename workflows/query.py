@@ -118,6 +118,11 @@ HOOK_EVENTS_PATCH = "hook-events-v1"
 activity each) when the settings snapshot has them; before, only Stop and PreCompact did."""
 
 
+def _result_field(event: str) -> str:
+    """Where a PostToolUse(Failure) hook's input carries the tool's result."""
+    return "error" if event == POST_TOOL_USE_FAILURE else "tool_response"
+
+
 async def _refused(call: ToolCall, reason: str, notes: CallNotes) -> RunToolOutput:
     """The answer to a tool call the permission rules, the mode or a hook refused: it never
     runs, and the denial is listed in the prompt's result."""
@@ -569,7 +574,7 @@ class QueryWorkflow:
             "cwd": self._cfg.workspace,
         }
         if tool_result is not None and tool_result.inline is not None:
-            data["tool_response"] = tool_result.inline.text()
+            data[_result_field(event)] = tool_result.inline.text()
         ids = [c.command.removeprefix(SDK_CALLBACK) for c in callbacks]
         tool_use_id = payload.get("tool_use_id")
         self._hook_requests[request_id] = HookCallbackRequest(
@@ -578,6 +583,9 @@ class QueryWorkflow:
             callback_ids=ids,
             input=data,
             tool_use_id=tool_use_id if isinstance(tool_use_id, str) else None,
+            tool_result=tool_result
+            if tool_result is not None and tool_result.inline is None
+            else None,
         )
         self._emit(ProgressKind.HOOK, f"{event}: waiting for the SDK's hook callbacks")
         timeout = max(c.timeout for c in callbacks)

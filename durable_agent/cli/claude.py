@@ -445,10 +445,11 @@ class Front:
         for req in requests:
             outputs: list[dict[str, Any] | None] = []
             errors: list[str] = []
+            data = await asyncio.to_thread(_with_tool_result, req, self.out.session_id)
             for callback_id in req.callback_ids:
                 response = await self.request(
                     {"subtype": "hook_callback", "callback_id": callback_id,
-                     "input": req.input, "tool_use_id": req.tool_use_id}
+                     "input": data, "tool_use_id": req.tool_use_id}
                 )  # fmt: skip
                 ok = response.get("subtype") != "error"
                 outputs.append((response.get("response") or {}) if ok else None)
@@ -825,6 +826,19 @@ async def _read_stream(front: Front, follower: asyncio.Future[Any]) -> None:
             continue
         else:
             raise CliError(f"stdin: unknown message type {kind!r}")
+
+
+def _with_tool_result(req: HookCallbackRequest, session_id: str) -> dict[str, Any]:
+    """The callback's input with the tool's stored result (PostToolUse `tool_response`,
+    PostToolUseFailure `error`), read from this machine's store (blocking)."""
+    ref = req.tool_result
+    if ref is None:
+        return req.input
+    block = _store().get_tool_result(session_id, ref.tool_use_id, ref.run_id)
+    if block is None:
+        return req.input
+    field = "error" if req.event == "PostToolUseFailure" else "tool_response"
+    return {**req.input, field: block.text()}
 
 
 def _store() -> Any:

@@ -21,6 +21,7 @@ from durable_agent.engine.state import (
     QueryConfig,
     QueryResult,
     State,
+    ToolResultRef,
 )
 from durable_agent.engine.state import RunToolOutput as RunToolOutput  # re-exported
 from durable_agent.engine.state import ToolCall as ToolCall  # re-exported: State carries it
@@ -284,6 +285,9 @@ class HookCallbackRequest(BaseModel):
     input: dict[str, Any]
     """Claude Code's hook input for the event (hook_event_name, tool_name, tool_input, ...)."""
     tool_use_id: str | None = None
+    tool_result: ToolResultRef | None = None
+    """PostToolUse(Failure): where the tool's result is stored, for the front-end to read into
+    the input's `tool_response` (`error`), as the hook activity does (it stays out of history)."""
 
 
 class HookCallbackAnswer(BaseModel):
