@@ -163,7 +163,7 @@ async def slash_command(
             )
         except (RPCError, TimeoutError):
             console.info("the session does not answer now; durable-agent status shows why")
-            return
+            return None
         mode = status.permission_mode or "unchecked"
         console.info(
             f"session {status.session_id}: {status.queries} prompt(s), permission mode {mode}"
