@@ -688,12 +688,14 @@ async def _open_session(
         if args.fork_session:
             return await _fork(client, handle, desc.status, ns, args, config, stack)
         if desc.status == WorkflowExecutionStatus.RUNNING:
-            status = await handle.query(Queries.STATUS, result_type=SessionStatus)
-            await _transcript_here(session_id, status.head_uuid)
             place = await find_session(client, session_id)
             await stack.enter_async_context(
                 serving(client, console, session_id, place, ns.no_worker)
             )
+            # Asked once this process serves the queue: the session's last worker may be gone.
+            status = await handle.query(Queries.STATUS, result_type=SessionStatus)
+            if not ns.no_worker:
+                await _transcript_here(session_id, status.head_uuid)
             return Opened(session_id, handle, status.head_uuid, owned=False)
         if desc.status != WorkflowExecutionStatus.COMPLETED:
             raise CliError(
