@@ -44,6 +44,7 @@ from durable_agent.engine.hooks import (
 )
 from durable_agent.engine.messages import ToolResultBlock
 from durable_agent.engine.state import ToolResultRef
+from durable_agent.engine.tool_hooks import result_field
 from durable_agent.names import Activities
 
 __all__ = [
@@ -256,7 +257,7 @@ class HookActivities:
         body["session_id"] = req.session_id
         if req.tool_result is not None:
             text = await off_loop(self._result_text, req.session_id, req.tool_result)
-            body["error" if req.event == "PostToolUseFailure" else "tool_response"] = text
+            body[result_field(req.event)] = text
         ledger = self.ledger(req.session_id) if self.ledger else None
         token = SETTINGS_ENV.set(req.env)
         try:

@@ -94,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
         feedback_text,
         pre_tool_gate,
         prompt_with_context,
+        result_field,
         tool_feedback,
         user_notes,
     )
@@ -116,11 +117,6 @@ get Claude Code's whole input; before, an activity read the settings files every
 HOOK_EVENTS_PATCH = "hook-events-v1"
 """UserPromptSubmit, PreToolUse, PostToolUse and PostToolUseFailure hooks run (a run_hooks
 activity each) when the settings snapshot has them; before, only Stop and PreCompact did."""
-
-
-def _result_field(event: str) -> str:
-    """Where a PostToolUse(Failure) hook's input carries the tool's result."""
-    return "error" if event == POST_TOOL_USE_FAILURE else "tool_response"
 
 
 async def _refused(call: ToolCall, reason: str, notes: CallNotes) -> RunToolOutput:
@@ -574,7 +570,7 @@ class QueryWorkflow:
             "cwd": self._cfg.workspace,
         }
         if tool_result is not None and tool_result.inline is not None:
-            data[_result_field(event)] = tool_result.inline.text()
+            data[result_field(event)] = tool_result.inline.text()
         ids = [c.command.removeprefix(SDK_CALLBACK) for c in callbacks]
         tool_use_id = payload.get("tool_use_id")
         self._hook_requests[request_id] = HookCallbackRequest(

@@ -67,6 +67,7 @@ from durable_agent.engine.state import (
     QueryResult,
     Terminal,
 )
+from durable_agent.engine.tool_hooks import result_field
 from durable_agent.names import Queries, Signals, Updates, Workflows
 
 CLAUDE_CODE_VERSION = "2.1.332"
@@ -839,8 +840,7 @@ def _with_tool_result(req: HookCallbackRequest, session_id: str) -> dict[str, An
     block = _store().get_tool_result(session_id, ref.tool_use_id, ref.run_id)
     if block is None:
         return req.input
-    field = "error" if req.event == "PostToolUseFailure" else "tool_response"
-    return {**req.input, field: block.text()}
+    return {**req.input, result_field(req.event): block.text()}
 
 
 def _store() -> Any:

@@ -22,6 +22,11 @@ TOOL_EVENTS = (PRE_TOOL_USE, POST_TOOL_USE, POST_TOOL_USE_FAILURE)
 """The events a tool call has hooks for (the model-call step runs no hooked tool itself)."""
 
 
+def result_field(event: str) -> str:
+    """Where a PostToolUse(Failure) hook's input carries the tool's result."""
+    return "error" if event == POST_TOOL_USE_FAILURE else "tool_response"
+
+
 def tool_hook_settings(hooks: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The part of a settings `hooks` value that tool calls need (None: no tool hooks)."""
     if not isinstance(hooks, Mapping):
