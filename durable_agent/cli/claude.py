@@ -24,6 +24,7 @@ import time
 import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import (
@@ -844,7 +845,15 @@ def _with_tool_result(req: HookCallbackRequest, session_id: str) -> dict[str, An
 
 
 def _store() -> Any:
-    from activities.transcript import TranscriptStore
+    """This machine's transcript store: one per state dir and process, so that the entries it
+    has parsed (resume's check, the live lines, hook results) are read once."""
     from durable_agent.paths import state_home
 
-    return TranscriptStore(state_home())
+    return _store_at(str(state_home()))
+
+
+@functools.cache
+def _store_at(root: str) -> Any:
+    from activities.transcript import TranscriptStore
+
+    return TranscriptStore(Path(root))
