@@ -82,6 +82,9 @@ The summary below covers the earlier part of it.
 Continue the work from where it stopped. Do not ask the user further questions unless the \
 summary says you were waiting for an answer."""
 
+CONTINUED_AUTO = "ran out of context"
+CONTINUED_MANUAL = "was summarised at the user's request"
+
 MAX_SUMMARY_SHRINKS = 3
 _SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL)
 
@@ -147,11 +150,7 @@ class CompactionActivities:
             compactMetadata=CompactMetadata(trigger=req.trigger, pre_tokens=req.pre_tokens),
         )
         self.store.append_entry(req.session_id, boundary)
-        why = (
-            "was summarised at the user's request"
-            if req.trigger == "manual"
-            else ("ran out of context")
-        )
+        why = CONTINUED_MANUAL if req.trigger == "manual" else CONTINUED_AUTO
         text = CONTINUATION.format(why=why, summary=summary)
         return self.store.append(
             req.session_id,

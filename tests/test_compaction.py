@@ -55,6 +55,14 @@ async def run(ts_env, store, workspace, task_queue, script, **config):
     return server, status.last_result, sid
 
 
+def pre_compact_settings(tmp_path, monkeypatch, *groups):
+    """User settings whose PreCompact hooks are `groups`, each (matcher, command)."""
+    settings = tmp_path / "settings.json"
+    hooks = [{"matcher": m, "hooks": [{"type": "command", "command": c}]} for m, c in groups]
+    settings.write_text(json.dumps({"hooks": {"PreCompact": hooks}}))
+    monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(settings))
+
+
 def glob(i, **usage):
     return tool_turn([(f"g{i}", "Glob", {"pattern": "*"})], **usage)
 
@@ -216,13 +224,12 @@ async def test_pre_compact_hooks_run_first(
     ts_env, store, workspace, task_queue, tmp_path, monkeypatch
 ):
     seen = tmp_path / "precompact.json"
-    settings = tmp_path / "settings.json"
-    settings.write_text(json.dumps({"hooks": {"PreCompact": [
-        {"matcher": "auto", "hooks": [{"type": "command", "command": f"cat > {seen}"}]},
-        {"matcher": "manual", "hooks": [{"type": "command", "command": "echo never > never.txt"}]},
-        {"matcher": "*", "hooks": [{"type": "command", "command": "echo careful >&2; exit 1"}]},
-    ]}}))  # fmt: skip
-    monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(settings))
+    pre_compact_settings(
+        tmp_path, monkeypatch,
+        ("auto", f"cat > {seen}"),
+        ("manual", "echo never > never.txt"),
+        ("*", "echo careful >&2; exit 1"),
+    )  # fmt: skip
     ran_before_summary = []
 
     class Watching(Script):
@@ -277,12 +284,12 @@ async def test_an_interrupt_during_compaction_ends_the_prompt_in_seconds(
     assert transcript_problems(store.transcript_path(sid)) == []
 
 
-async def _prompt(handle, request):
+async def _prompt(client, handle, request):
     """Send `request` to the session; the result of the query it starts."""
     accepted = await handle.execute_update(
         SessionWorkflow.submit_prompt, request, id=f"p-{uuid.uuid4()}"
     )
-    child = handle._client.get_workflow_handle(accepted.query_workflow_id, result_type=QueryResult)
+    child = client.get_workflow_handle(accepted.query_workflow_id, result_type=QueryResult)
     return await query_result(child)
 
 
@@ -290,12 +297,9 @@ async def test_manual_compact_summarises_now_with_the_users_instructions(
     ts_env, store, workspace, task_queue, tmp_path, monkeypatch
 ):
     seen = tmp_path / "precompact.json"
-    settings = tmp_path / "settings.json"
-    settings.write_text(json.dumps({"hooks": {"PreCompact": [
-        {"matcher": "manual", "hooks": [{"type": "command", "command": f"cat > {seen}"}]},
-        {"matcher": "auto", "hooks": [{"type": "command", "command": "echo never > never.txt"}]},
-    ]}}))  # fmt: skip
-    monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(settings))
+    pre_compact_settings(
+        tmp_path, monkeypatch, ("manual", f"cat > {seen}"), ("auto", "echo never > never.txt")
+    )
     script = Script([text_turn("the number is noted"), text_turn("it was 7")])
     with ReplayServer(script) as server:
         factory = replay_client_factory(server)
@@ -304,10 +308,16 @@ async def test_manual_compact_summarises_now_with_the_users_instructions(
                 ts_env.client, workspace, task_queue, "remember the number 7", close_when_idle=False
             )
             with pytest.raises(WorkflowUpdateFailedError) as empty:
-                await _prompt(handle, PromptRequest(prompt=" "))  # only a compact may be empty
+                await _prompt(
+                    ts_env.client, handle, PromptRequest(prompt=" ")
+                )  # only a compact may be empty
             assert "empty" in str(empty.value.cause)
-            compacted = await _prompt(handle, PromptRequest(prompt="keep the number", compact=True))
-            after = await _prompt(handle, PromptRequest(prompt="which number was it?"))
+            compacted = await _prompt(
+                ts_env.client, handle, PromptRequest(prompt="keep the number", compact=True)
+            )
+            after = await _prompt(
+                ts_env.client, handle, PromptRequest(prompt="which number was it?")
+            )
             await handle.signal(SessionWorkflow.close)
             status = await handle.result()
     await record_histories(ts_env.client, sid, query=2)  # the /compact
@@ -345,7 +355,7 @@ async def test_manual_compact_of_a_session_with_no_conversation_is_refused(
                 task_queue=task_queue,
             )  # fmt: skip
             with pytest.raises(WorkflowUpdateFailedError) as failed:
-                await _prompt(handle, PromptRequest(prompt="", compact=True))
+                await _prompt(ts_env.client, handle, PromptRequest(prompt="", compact=True))
             assert "nothing to compact" in str(failed.value.cause)
             await handle.signal(SessionWorkflow.close)
             await handle.result()

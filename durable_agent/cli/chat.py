@@ -92,10 +92,9 @@ async def chat(
         if not line.strip():
             continue
         if line.strip().startswith("/"):
-            command = await slash_command(line.strip(), handle, console, spent)
-            if command is None:
+            request = await slash_command(line.strip(), handle, console, spent)
+            if request is None:
                 continue
-            request = command
         else:
             # A CLI's first prompt to a session it came back to: SessionStart "resume".
             request = PromptRequest(prompt=line, session_start=None if started else "resume")
