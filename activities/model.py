@@ -28,6 +28,7 @@ from activities.heartbeat import heartbeating
 from activities.tools.registry import IN_STEP_TOOLS, run_in_step
 from activities.transcript import (
     StoreError,
+    TranscriptDamaged,
     TranscriptStore,
     chain_with_pending,
     off_loop,
@@ -44,6 +45,7 @@ from durable_agent.engine.contracts import (
     WithheldError,
 )
 from durable_agent.engine.errors import (
+    TRANSCRIPT_DAMAGED,
     WITHHELD_KINDS,
     Action,
     ApiFailure,
@@ -344,6 +346,8 @@ class ModelActivities:
                 type="StoreError",
                 next_retry_delay=timedelta(seconds=min(2**attempt, 30)),
             ) from exc
+        except TranscriptDamaged as exc:  # a missing entry stays missing: no retry can help
+            raise ApplicationError(str(exc), type=TRANSCRIPT_DAMAGED, non_retryable=True) from exc
 
     async def _call_model(self, req: CallModelInput) -> CallModelOutput:
         info = activity.info()

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import glob
 import json
 import os
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,9 +58,17 @@ class TranscriptError(Exception):
     """The store cannot give what was asked (missing entry, broken chain)."""
 
 
+class TranscriptDamaged(TranscriptError):
+    """The session's transcript is here but its chain is broken: no retry can mend it."""
+
+
 class StoreError(Exception):
     """The store could not write (disk full, a write cut short, permissions). Never an API
     error: what was received is kept and the write is retried."""
+
+
+TORN_SUFFIX = ".torn-"
+"""What a transcript's torn tail is kept aside as: `<session>.jsonl.torn-<UTC time>`."""
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -71,8 +80,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _repair_tail(fd: int) -> int:
-    """Cut a torn last line (an earlier append that failed midway) off; return the file size.
+def _repair_tail(fd: int, path: Path) -> int:
+    """Cut a torn last line (an earlier append that failed midway, or a file cut short by
+    something else) off, keeping its bytes aside in a `.torn-<time>` file; return the size.
 
     Every complete entry ends in a newline, so whatever follows the last newline is a fragment
     no reader has taken (readers stop at the last newline)."""
@@ -81,6 +91,7 @@ def _repair_tail(fd: int) -> int:
         return 0
     window = min(size, 1 << 16)
     pos = size
+    good = 0
     while pos > 0:
         start = max(0, pos - window)
         chunk = os.pread(fd, pos - start, start)
@@ -89,27 +100,34 @@ def _repair_tail(fd: int) -> int:
         cut = chunk.rfind(b"\n")
         if cut >= 0:
             good = start + cut + 1
-            os.ftruncate(fd, good)
-            return good
+            break
         pos = start
-    os.ftruncate(fd, 0)
-    return 0
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    torn = path.with_name(f"{path.name}{TORN_SUFFIX}{stamp}")
+    _write_bytes_atomic(torn, os.pread(fd, size - good, good))  # StoreError: nothing is cut
+    os.ftruncate(fd, good)
+    return good
 
 
 def write_file_atomic(target: Path, text: str) -> None:
     """Write a whole file or nothing (temp file, fsync, rename); StoreError when it fails."""
+    _write_bytes_atomic(target, text.encode("utf-8"))
+
+
+def _write_bytes_atomic(target: Path, data: bytes) -> None:
     tmp = target.with_suffix(target.suffix + ".tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, text.encode("utf-8"))
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with suppress(OSError):  # on a read-only store even unlinking nothing fails (EROFS)
+            tmp.unlink(missing_ok=True)
         raise StoreError(f"could not write {target}: {exc.strerror or exc}") from exc
 
 
@@ -217,7 +235,7 @@ class TranscriptStore:
         except OSError as exc:
             raise StoreError(f"could not open {path}: {exc.strerror or exc}") from exc
         try:
-            size = _repair_tail(fd)
+            size = _repair_tail(fd, path)
             try:
                 _write_all(fd, line)
                 os.fsync(fd)
@@ -241,16 +259,30 @@ class TranscriptStore:
         cursor: str | None = head_uuid
         while cursor is not None:
             entry = entries.get(cursor)
+            if entry is None and not self.transcript_path(session_id).exists():
+                raise TranscriptError(f"transcript {session_id} is not on this machine")
             if entry is None:
-                raise TranscriptError(f"transcript {session_id}: entry {cursor} is missing")
+                raise TranscriptDamaged(self.damaged(session_id, f"entry {cursor} is missing"))
             if since_boundary and entry.is_compact_boundary:
                 break
             out.append(entry)
             cursor = entry.parent_uuid
             if len(out) > len(entries):
-                raise TranscriptError(f"transcript {session_id}: parentUuid cycle")
+                raise TranscriptDamaged(self.damaged(session_id, "its parentUuid links loop"))
         out.reverse()
         return out
+
+    def torn_files(self, session_id: str) -> list[Path]:
+        """The torn tails cut off this session's transcript, oldest first."""
+        path = self.transcript_path(session_id)
+        return sorted(path.parent.glob(f"{glob.escape(path.name)}{TORN_SUFFIX}*"))
+
+    def damaged(self, session_id: str, what: str) -> str:
+        """One line: the transcript is damaged, how, and where its cut-off bytes are."""
+        text = f"the session's transcript {self.transcript_path(session_id)} is damaged: {what}"
+        if torn := self.torn_files(session_id):
+            text += f" (the bytes cut off its end are kept in {torn[-1]})"
+        return text
 
     def _early_path(self, session_id: str, assistant_uuid: str, tool_use_id: str) -> Path:
         name = f"{_SAFE_ID.sub('_', assistant_uuid)}.{_SAFE_ID.sub('_', tool_use_id)}.json"

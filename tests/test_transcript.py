@@ -3,6 +3,7 @@ import json
 import pytest
 
 from activities.transcript import (
+    TranscriptDamaged,
     TranscriptError,
     append_pending,
     chain_with_pending,
@@ -138,7 +139,7 @@ def test_an_append_cut_short_leaves_no_fragment_and_raises_store_error(store, mo
     assert [e.uuid for e in store.chain("s", "a1")] == ["u1", "a1"]
 
 
-def test_a_torn_last_line_from_a_crash_is_cut_before_the_next_append(store):
+def test_a_torn_last_line_from_a_crash_is_cut_before_the_next_append_and_kept_aside(store):
     store.append("s", "u1", None, msg("user", "before"))
     path = store.transcript_path("s")
     with open(path, "a") as f:  # a writer killed midway through a line
@@ -148,6 +149,32 @@ def test_a_torn_last_line_from_a_crash_is_cut_before_the_next_append(store):
     lines = path.read_text().splitlines()
     assert [json.loads(line)["uuid"] for line in lines] == ["u1", "a1"]
     assert store.chain("s", "a1")[-1].message.content[0].text == "whole"
+    [torn] = store.torn_files("s")
+    assert torn.read_text() == '{"uuid": "a1", "parentUuid": "u1", "type": "assis'
+
+
+def test_a_transcript_cut_short_names_the_damage_and_where_the_cut_bytes_are(store):
+    store.append("s", "u1", None, msg("user", "before"))
+    store.append("s", "a1", "u1", msg("assistant", "answer"))
+    path = store.transcript_path("s")
+    whole = path.read_bytes()
+    with open(path, "r+b") as f:  # a tool cuts 40 bytes off the end
+        f.truncate(len(whole) - 40)
+    store.append("s", "u2", "a1", msg("user", "next"))  # the torn entry is cut and kept
+    with pytest.raises(TranscriptDamaged) as caught:
+        store.chain("s", "u2")
+    [torn] = store.torn_files("s")
+    assert whole.endswith(torn.read_bytes() + whole[-40:])
+    assert str(caught.value) == (
+        f"the session's transcript {path} is damaged: entry a1 is missing "
+        f"(the bytes cut off its end are kept in {torn})"
+    )
+
+
+def test_a_transcript_that_is_not_here_is_not_called_damaged(store):
+    with pytest.raises(TranscriptError) as caught:
+        store.chain("elsewhere", "a1")
+    assert not isinstance(caught.value, TranscriptDamaged)
 
 
 def test_a_result_file_is_written_whole_or_not_at_all(store, monkeypatch):

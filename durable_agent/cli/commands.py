@@ -40,7 +40,13 @@ from durable_agent.cli.sessions import (
 from durable_agent.cli.watching import run_prompt, watch_session
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
 from durable_agent.engine.contracts import SessionStatus
-from durable_agent.engine.state import MAX_PROMPT_CHARS, ModelCallConfig, QueryConfig, QueryResult
+from durable_agent.engine.state import (
+    MAX_PROMPT_CHARS,
+    ModelCallConfig,
+    QueryConfig,
+    QueryResult,
+    Terminal,
+)
 from durable_agent.names import Queries, Signals, Workflows
 from durable_agent.paths import state_home
 
@@ -288,9 +294,34 @@ async def cmd_status(args: argparse.Namespace) -> int:
             )
     if status.last_result is not None:
         _print_result(status.last_result)
+        for line in _transcript_lines(status):
+            print(line)
     if status.last_error:
         print(f"last error: {status.last_error}")
     return 0
+
+
+def _transcript_lines(status: SessionStatus) -> list[str]:
+    """After a failed prompt: whether this machine's copy of the transcript is damaged, and
+    what to do then (the next prompt would fail the same way)."""
+    result = status.last_result
+    if result is None or result.terminal != Terminal.MODEL_ERROR:
+        return []
+    from activities.transcript import TranscriptDamaged, TranscriptStore
+
+    store = TranscriptStore(state_home())
+    try:
+        store.chain(status.session_id, status.head_uuid or result.head_uuid)
+    except TranscriptDamaged as exc:
+        shown = str(exc) in result.message  # the prompt's own error named it
+        return [
+            *([] if shown else [f"transcript: {exc}"]),
+            "what to do: this session cannot go on from its damaged transcript; start a new "
+            "session in the same workspace (durable-agent run PROMPT --workspace DIR)",
+        ]
+    except Exception:  # noqa: BLE001 — not here, unreadable: status shows what it has
+        return []
+    return []
 
 
 async def _running_line(client: Client, query_id: str) -> str:

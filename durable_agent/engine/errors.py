@@ -52,6 +52,8 @@ class RetryMode(StrEnum):
 
 FALLBACK_TRIGGERED = "FallbackTriggered"
 GAVE_UP = "RetriesExhausted"
+TRANSCRIPT_DAMAGED = "TranscriptDamaged"
+"""The session's transcript lost an entry the call needs (cut short, edited by hand)."""
 NON_RETRYABLE_ERROR_TYPES: tuple[str, ...] = (
     ErrorKind.PROMPT_TOO_LONG.value,
     ErrorKind.MEDIA.value,
@@ -59,6 +61,7 @@ NON_RETRYABLE_ERROR_TYPES: tuple[str, ...] = (
     ErrorKind.NOT_FOUND.value,
     FALLBACK_TRIGGERED,
     GAVE_UP,
+    TRANSCRIPT_DAMAGED,
 )
 
 DEFAULT_MAX_RETRIES = 10
