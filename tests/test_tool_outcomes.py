@@ -8,8 +8,10 @@ import pytest
 
 from activities.tools.registry import (
     IN_STEP_INLINE_CHARS,
+    INLINE_MAX_BYTES,
     INTERRUPTED_TEXT,
     ToolActivities,
+    kept_inline,
     run_in_step,
 )
 from activities.transcript import StoreError
@@ -96,6 +98,47 @@ async def test_a_result_the_store_cannot_keep_is_returned_inline(store, tmp_path
     out = await ToolActivities(store).run_tool(req)
     assert out.inline is not None and out.inline.content == "the-output"
     assert (tmp_path / "marker").read_text() == "ran\n"
+
+
+async def test_a_store_that_fails_after_the_tool_ran_still_reports_it_ran(
+    store, tmp_path, monkeypatch
+):
+    """Any OSError, not only the StoreError of a full disk (a read-only store: EROFS)."""
+    req = _setup(store, tmp_path, "echo ran >> marker; echo the-output")
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(store, "put_tool_result", read_only)
+    out = await ToolActivities(store).run_tool(req)
+    assert out.inline is not None and out.inline.content == "the-output"
+    assert not out.is_error
+    assert (tmp_path / "marker").read_text() == "ran\n"
+
+
+async def test_a_side_effect_whose_start_cannot_be_recorded_does_not_run(
+    store, tmp_path, monkeypatch
+):
+    req = _setup(store, tmp_path, "echo ran >> marker")
+
+    def read_only(*args, **kwargs):
+        raise StoreError("could not write …started: Read-only file system")
+
+    monkeypatch.setattr(store, "mark_tool_started", read_only)
+    out = await ToolActivities(store).run_tool(req)
+    assert out.is_error and not (tmp_path / "marker").exists()
+    text = store.get_tool_result("s", "toolu_1", "r1").content
+    assert text.startswith("Bash did not run: the session store could not record its start")
+
+
+def test_a_result_too_large_to_travel_inline_is_cut_and_says_the_rest_was_lost():
+    small = ToolResultBlock(tool_use_id="t", content="x" * 1000)
+    assert kept_inline(small, OSError(30, "Read-only file system")) is small
+    big = kept_inline(ToolResultBlock(tool_use_id="t", content="y" * 400_000), OSError(28, "full"))
+    assert len(big.model_dump_json().encode()) <= INLINE_MAX_BYTES
+    assert big.text().startswith("yyy") and big.text().endswith(
+        "[the rest of this output was lost: the session store could not keep it ([Errno 28] full)]"
+    )
 
 
 @pytest.mark.parametrize("command", ["cat marker", "ls"])

@@ -197,9 +197,9 @@ class ToolActivities:
         )
         try:
             await off_loop(self.store.put_tool_result, req.session_id, result, req.run_id)
-        except StoreError:
+        except (StoreError, OSError) as exc:  # a full disk, a read-only store, ...
             # The tool ran: its result must reach the model even if the store cannot hold it.
-            return _output(req, result, inline=True)
+            return _output(req, kept_inline(result, exc), inline=True)
         return _output(req, result)
 
     @activity.defn(name=Activities.END_SESSION_PROCESSES)
@@ -229,7 +229,14 @@ class ToolActivities:
                     return finished
                 await off_loop(kill_tagged, _run_tag(req))  # what the lost attempt left running
                 return ToolOutput(INTERRUPTED_TEXT, is_error=True)
-            await off_loop(self._mark_started, req)
+            try:
+                await off_loop(self._mark_started, req)
+            except (StoreError, OSError) as exc:  # unrecorded, a retry could run it twice
+                return ToolOutput(
+                    f"{block.name} did not run: the session store could not record its start "
+                    f"({exc}).",
+                    is_error=True,
+                )
         with tool_span(block) as span:
             token, env = RUN_TAG.set(_run_tag(req)), SETTINGS_ENV.set(req.env)
             try:
@@ -308,6 +315,21 @@ def _is_zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+INLINE_MAX_BYTES = 200_000
+"""The most of a result the store could not keep that travels in history instead (a payload's
+limit is 256 KiB; the tools' own limits keep text results below this, not images)."""
+
+
+def kept_inline(result: ToolResultBlock, why: BaseException) -> ToolResultBlock:
+    """`result` to travel in history because the store could not keep it: whole when small
+    enough, else its text cut short and the model told the rest was lost."""
+    if len(result.model_dump_json().encode("utf-8")) <= INLINE_MAX_BYTES:
+        return result
+    text = result.text()[: INLINE_MAX_BYTES // 8]  # 4 bytes a character at most, escapes
+    note = f"[the rest of this output was lost: the session store could not keep it ({why})]"
+    return result.model_copy(update={"content": f"{text}\n\n{note}"})
 
 
 def _output(req: RunToolInput, result: ToolResultBlock, inline: bool = False) -> RunToolOutput:

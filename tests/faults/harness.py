@@ -120,15 +120,19 @@ def process_env(
 class WorkerProcess:
     """`python worker.py` in its own process; SIGKILL is the fault."""
 
-    def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str], log: Path | None = None, wrap: list[str] | None = None
+    ) -> None:
         self.env = env
         self.log = log
+        self.wrap = wrap or []
+        """A command the worker runs under (`unshare -m`: a mount namespace of its own)."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, **popen: Any) -> WorkerProcess:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "worker.py"], cwd=ROOT, env=self.env,
+            [*self.wrap, sys.executable, "worker.py"], cwd=ROOT, env=self.env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, **popen,
         )  # fmt: skip
         return self
