@@ -3,6 +3,7 @@ error result the model reads, instead of blocking a worker thread in the kernel 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -11,6 +12,10 @@ import time
 import uuid
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
+
+from durable_agent.cli.sessions import query_workflow_id
+from durable_agent.names import Activities
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.faults.harness import ROOT
 
@@ -33,7 +38,7 @@ def _env(tmp_path: Path, address: str, base_url: str) -> dict[str, str]:
     return env
 
 
-def test_tools_on_a_fifo_end_in_seconds_with_an_error_result(dev_env, tmp_path):
+async def test_tools_on_a_fifo_end_in_seconds_with_an_error_result(dev_env, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     os.mkfifo(ws / "fifo")
@@ -65,7 +70,8 @@ def test_tools_on_a_fifo_end_in_seconds_with_an_error_result(dev_env, tmp_path):
         args += ["--permission-mode", "acceptEdits"]
         began = time.monotonic()
         try:
-            proc = subprocess.run(
+            proc = await asyncio.to_thread(
+                subprocess.run,
                 [sys.executable, "-m", "durable_agent", *args],
                 env=_env(tmp_path, address, api.base_url), cwd=ROOT, capture_output=True,
                 text=True, timeout=BOUND_SECONDS, stdin=subprocess.DEVNULL,
@@ -74,7 +80,8 @@ def test_tools_on_a_fifo_end_in_seconds_with_an_error_result(dev_env, tmp_path):
             raise AssertionError(f"the CLI hung on a FIFO for {BOUND_SECONDS}s") from exc
         took = time.monotonic() - began
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["terminal"] == "completed"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["terminal"] == "completed"
     assert len(api.requests) == 3 and api.violations == []
     results = {
         b["tool_use_id"]: b
@@ -88,3 +95,12 @@ def test_tools_on_a_fifo_end_in_seconds_with_an_error_result(dev_env, tmp_path):
     assert not results["g2"].get("is_error") and not results["l1"].get("is_error")
     assert "fifo" not in str(results["l1"]["content"])  # Glob lists regular files only
     assert took < BOUND_SECONDS / 2, f"took {took:.1f}s"
+    # The reads ran inside the model step, where the issue found them hanging: only Write
+    # and Edit had activities of their own.
+    handle = dev_env.client.get_workflow_handle(query_workflow_id(result["session_id"], 1))
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled.count(Activities.RUN_TOOL) == 3, scheduled
