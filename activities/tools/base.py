@@ -15,6 +15,13 @@ class ToolError(Exception):
     """A failure the model should read as an `is_error` tool_result."""
 
 
+def no_nul(value: str, field: str) -> None:
+    """One error, from every tool, for a NUL byte where a file name goes (no file name can
+    hold one, and each OS call would fail in its own words)."""
+    if "\x00" in value:
+        raise ToolError(f"{field} {value!r} contains a NUL byte, which no file name can hold")
+
+
 @dataclass(frozen=True)
 class ToolOutput:
     content: str
@@ -53,6 +60,7 @@ class Workspace:
 
     def resolve_readable(self, raw: str) -> Path:
         """Like `resolve`, but also inside the extra read-only roots."""
+        no_nul(raw, "path")
         candidate = Path(os.path.realpath(Path(raw).expanduser()))
         if Path(raw).is_absolute() and any(candidate.is_relative_to(r) for r in self.read_roots):
             return candidate
@@ -60,8 +68,7 @@ class Workspace:
 
     def resolve(self, raw: str) -> Path:
         """Absolute path inside the workspace; `..` or symlinks that leave it are refused."""
-        if "\x00" in raw:
-            raise ToolError("path contains a NUL byte")
+        no_nul(raw, "path")
         candidate = Path(raw).expanduser()
         if not candidate.is_absolute():
             candidate = self.root / candidate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import stat
 
-from activities.tools.base import ToolError, ToolOutput, Workspace
+from activities.tools.base import ToolError, ToolOutput, Workspace, no_nul
 from activities.transcript import off_loop
 from durable_agent.engine.tools import GlobInput
 
@@ -16,6 +16,7 @@ async def run_glob(args: GlobInput, ws: Workspace) -> ToolOutput:
 
 
 def _glob(args: GlobInput, ws: Workspace) -> ToolOutput:
+    no_nul(args.pattern, "pattern")
     base = ws.resolve(args.path) if args.path else ws.root
     if not base.is_dir():
         raise ToolError(f"{args.path} is not a directory")

@@ -22,7 +22,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from activities.tools.base import ToolError, ToolOutput, Workspace, truncate
+from activities.tools.base import ToolError, ToolOutput, Workspace, no_nul, truncate
+from activities.tools.files import kind
 from activities.transcript import off_loop
 from durable_agent.engine.tools import GrepInput
 
@@ -84,11 +85,17 @@ async def run_grep(args: GrepInput, ws: Workspace) -> ToolOutput:
 def _checked(args: GrepInput, ws: Workspace) -> tuple[Path, re.Pattern[str], str | None]:
     """The path to search, the compiled pattern and ripgrep's path (None: the fallback), or
     the ToolError that says what is wrong with the input (blocking: stats the path)."""
+    if args.glob:
+        no_nul(args.glob, "glob")
+    if "\x00" in args.pattern:  # no process argument can hold one; the regex can say \x00
+        raise ToolError("pattern contains a NUL byte; write it as \\x00 in the expression")
     target = ws.resolve(args.path) if args.path else ws.root
-    if not target.exists():
-        raise ToolError(f"Path does not exist: {args.path}")
-    if not (target.is_dir() or target.is_file()):
-        raise ToolError(f"{args.path} is not a regular file or a directory")
+    try:
+        mode = target.stat().st_mode  # never blocks, even on a FIFO
+    except OSError as exc:
+        raise ToolError(f"Path does not exist: {args.path}") from exc
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise ToolError(f"{args.path} is {kind(mode)}, not a regular file or a directory")
     try:
         regex = re.compile(args.pattern, re.IGNORECASE if args.case_insensitive else 0)
     except re.error as exc:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from activities.tools.base import ToolError, ToolOutput, Workspace
+from activities.tools.base import ToolOutput, Workspace
+from activities.tools.files import encoded, regular_stat, write_regular
 from activities.transcript import off_loop
 from durable_agent.engine.tools import WriteInput
 
@@ -12,11 +13,10 @@ async def run_write(args: WriteInput, ws: Workspace) -> ToolOutput:
 
 
 def _write(args: WriteInput, ws: Workspace) -> ToolOutput:
+    data = encoded(args.content, "content")  # before the file is touched
     path = ws.resolve(args.file_path)
-    if path.is_dir():
-        raise ToolError(f"{ws.display(path)} is a directory")
-    existed = path.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(args.content, encoding="utf-8")
+    shown = ws.display(path)
+    existed = regular_stat(path, shown) is not None
+    write_regular(path, shown, data)
     verb = "updated" if existed else "created"
-    return ToolOutput(f"File {verb} successfully at: {ws.display(path)}")
+    return ToolOutput(f"File {verb} successfully at: {shown}")

@@ -1,0 +1,97 @@
+"""Opening a file for a tool without ever blocking: only regular files are read or written.
+
+A FIFO without a writer, a terminal or a socket would block the worker thread in the kernel
+for good (and `off_loop` waits for it even when cancelled), so anything else is refused from
+its `stat`, which never blocks; the open itself is non-blocking and checked again by `fstat`,
+so a FIFO swapped in meanwhile is refused too.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from activities.tools.base import ToolError
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def kind(mode: int) -> str:
+    """What a non-regular file is, for a message."""
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def check_regular(mode: int, shown: str) -> None:
+    if stat.S_ISDIR(mode):
+        raise ToolError(f"{shown} is a directory, not a file; use Glob or Bash ls")
+    if not stat.S_ISREG(mode):
+        raise ToolError(f"{shown} is {kind(mode)}, not a regular file; it cannot be opened")
+
+
+def regular_stat(path: Path, shown: str) -> os.stat_result | None:
+    """The file's status, or None when nothing is there; a ToolError when it is there but
+    is not a regular file (follows links: `path` is already resolved)."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
+    check_regular(info.st_mode, shown)
+    return info
+
+
+@contextmanager
+def open_regular(path: Path, shown: str, write: bool = False) -> Iterator[BinaryIO]:
+    """`path` opened without blocking, refused unless it is a regular file. For writing it is
+    created when missing and emptied only once known to be regular."""
+    flags = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags |= os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
+    with os.fdopen(fd, "wb" if write else "rb") as handle:
+        check_regular(os.fstat(fd).st_mode, shown)
+        if write:
+            os.ftruncate(fd, 0)
+        yield handle
+
+
+def read_regular(path: Path, shown: str) -> bytes:
+    with open_regular(path, shown) as handle:
+        return handle.read()
+
+
+def write_regular(path: Path, shown: str, data: bytes) -> None:
+    """Replace the file's content in place (its inode, mode and links stay), creating it and
+    its folders when missing."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolError(f"cannot create the folder of {shown}: {exc.strerror}") from exc
+    with open_regular(path, shown, write=True) as handle:
+        try:
+            handle.write(data)
+            handle.flush()
+        except OSError as exc:
+            raise ToolError(f"could not write {shown}: {exc.strerror}") from exc
+
+
+def encoded(text: str, field: str) -> bytes:
+    """`text` as UTF-8, or a ToolError naming `field` (JSON may carry a lone surrogate)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            f"{field} is not valid Unicode (a lone surrogate at character {exc.start})"
+        ) from exc
