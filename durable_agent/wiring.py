@@ -5,6 +5,7 @@ The single place where things are wired; tests and the CLI call `build_worker` t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from datetime import timedelta
@@ -91,6 +92,32 @@ async def connect(
     )
 
 
+async def connect_patiently(address: str) -> Client:
+    """Connect, waiting for a server that is restarting or not up yet (a worker started with
+    its server, or during a restart, must not die of it): says so once, retries with backoff
+    for DURABLE_AGENT_RECONNECT_SECONDS (900), then raises the last error."""
+    limit = float(os.environ.get("DURABLE_AGENT_RECONNECT_SECONDS", "900"))
+    loop = asyncio.get_running_loop()
+    started, delay = loop.time(), 0.5
+    while True:
+        try:
+            client = await connect(address)
+        except RuntimeError as exc:
+            if loop.time() - started > limit:
+                raise
+            if delay == 0.5:
+                reason = str(exc).splitlines()[0][:160]
+                print(
+                    f"Temporal at {address} is not reachable yet ({reason}); waiting…", flush=True
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        if delay > 0.5:
+            print(f"connected to Temporal at {address}", flush=True)
+        return client
+
+
 def worker_address() -> str:
     """TEMPORAL_ADDRESS; else the dev server the CLI started for $DURABLE_AGENT_HOME (not
     started here); else localhost:7233."""
@@ -114,7 +141,7 @@ async def main() -> None:
     `durable-agent`), where `run --no-worker` puts its sessions."""
     telemetry.setup_from_env()
     address = worker_address()
-    client = await connect(address)
+    client = await connect_patiently(address)
     task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE
     print(f"worker on task queue {task_queue!r} at {address}", flush=True)
     await build_worker(client, task_queue).run()

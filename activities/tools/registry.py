@@ -166,13 +166,64 @@ class ToolActivities:
 
     def __init__(self, store: TranscriptStore) -> None:
         self.store = store
+        self._live: dict[str, asyncio.Task[ToolOutput]] = {}
+        """Executions running in this process, by run tag. When the server loses track of an
+        attempt (a restart while it runs: its heartbeats could not reach it) the retry may come
+        to this same process while the tool still runs: it waits for it, never kills it."""
+        self._recording: set[asyncio.Future[None]] = set()
 
     async def _execute(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
-        async with heartbeating():
-            overflow = (self.store.overflow_dir(req.session_id),)
-            return await execute_tool(
+        overflow = (self.store.overflow_dir(req.session_id),)
+        task = asyncio.ensure_future(
+            execute_tool(
                 block.name, block.input, req.workspace, overflow, req.permissions, req.sandbox
             )
+        )
+        tag = _run_tag(req)
+        self._live[tag] = task
+        task.add_done_callback(lambda done: self._forget(tag, done))
+        return await self._await_execution(req, task)
+
+    async def _await_execution(
+        self, req: RunToolInput, task: asyncio.Task[ToolOutput]
+    ) -> ToolOutput:
+        """The execution's output, heartbeating meanwhile. Cancelled because the server lost this
+        attempt (not found, timed out), the tool runs on and its result is recorded for the
+        retry; cancelled for any other reason (an interrupt, the worker stopping), it is ended."""
+        try:
+            async with heartbeating():
+                return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if _server_lost_attempt() and not task.done():
+                task.add_done_callback(functools.partial(self._record_orphan, req))
+            else:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            raise
+
+    def _forget(self, tag: str, task: asyncio.Task[ToolOutput]) -> None:
+        if self._live.get(tag) is task:
+            del self._live[tag]
+
+    def _record_orphan(self, req: RunToolInput, task: asyncio.Task[ToolOutput]) -> None:
+        """Store what an execution whose attempt the server lost produced, for the retry."""
+        if task.cancelled() or task.exception() is not None:
+            return
+        output = task.result()
+        result = ToolResultBlock(
+            tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
+        )
+        saving = asyncio.ensure_future(
+            off_loop(self.store.put_tool_result, req.session_id, result, req.run_id)
+        )
+        self._recording.add(saving)
+        saving.add_done_callback(self._saved)
+
+    def _saved(self, saving: asyncio.Future[None]) -> None:
+        self._recording.discard(saving)
+        if not saving.cancelled() and saving.exception() is not None:
+            activity.logger.warning("could not record a tool result: %s", saving.exception())
 
     @activity.defn(name=Activities.RUN_TOOL)
     async def run_tool(self, req: RunToolInput) -> RunToolOutput:
@@ -224,6 +275,9 @@ class ToolActivities:
                 self.store.tool_started, req.session_id, req.tool_use_id, req.run_id
             )
             if started is not None:
+                live = self._live.get(_run_tag(req))
+                if live is not None:  # the lost attempt still runs here: its output is ours
+                    return await self._await_execution(req, live)
                 finished = await self._await_live_owner(req, started)
                 if finished is not None:
                     return finished
@@ -276,6 +330,17 @@ INTERRUPTED_TEXT = (
 )
 
 
+def _server_lost_attempt() -> bool:
+    """Whether this activity was cancelled because the server no longer knows this attempt
+    (it timed it out, or it was not found), rather than asked to stop."""
+    details = activity.cancellation_details() if activity.in_activity() else None
+    return (
+        details is not None
+        and (details.not_found or details.timed_out)
+        and not details.cancel_requested
+    )
+
+
 def _run_tag(req: RunToolInput) -> str:
     return f"{req.session_id}/{req.tool_use_id}/{req.run_id}"
 
@@ -300,7 +365,7 @@ def _boot_id() -> str:
 def _owner_alive(started: dict[str, Any]) -> bool:
     """Whether the process that recorded `started` is another live process on this machine.
 
-    This process's own earlier attempt is not waited for: its coroutine was cancelled."""
+    This process's own earlier attempts are in ToolActivities._live while they run."""
     pid = started.get("pid")
     if started.get("host") != socket.gethostname() or started.get("boot") != _boot_id():
         return False

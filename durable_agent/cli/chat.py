@@ -30,6 +30,7 @@ from durable_agent.cli.watching import (
     install_interrupt,
     query_result,
     send_interrupt,
+    stalls_of,
     watch,
 )
 from durable_agent.engine.contracts import (
@@ -122,6 +123,7 @@ async def chat(
             detached,
             *idle_hint(task_queue),
             on_approval=functools.partial(ask_in_terminal, child, console, read_line),
+            stalls=stalls_of(client, child.id),
         )
         if result is None:
             break

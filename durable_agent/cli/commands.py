@@ -262,6 +262,10 @@ async def cmd_status(args: argparse.Namespace) -> int:
     except TimeoutError as exc:
         if failing := await failing_task(client, args.session_id):
             raise CliError(failing, "the worker's log has the whole error") from exc
+        from durable_agent.cli.pending import session_waiting_lines
+
+        for line in await session_waiting_lines(client, args.session_id):
+            print(line if line.startswith("running: ") else f"waiting for: {line}")
         raise CliError(
             f"session {args.session_id} is {state_name(desc.status)} but no worker answers for it",
             worker_hint(args.session_id, desc.task_queue),
@@ -285,6 +289,10 @@ async def cmd_status(args: argparse.Namespace) -> int:
         print(f"running: {status.running_query_id}")
     elif status.running_query_id:
         print(await _running_line(client, status.running_query_id))
+        from durable_agent.cli.pending import waiting_lines
+
+        for line in await waiting_lines(client, status.running_query_id):
+            print(f"waiting for: {line}")
         from durable_agent.cli.approving import waiting
 
         for request in await waiting(client.get_workflow_handle(status.running_query_id)):

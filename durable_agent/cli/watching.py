@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
@@ -61,6 +63,17 @@ def send_interrupt(handle: WorkflowHandle[Any, Any], console: Console) -> asynci
                 console.info(f"could not interrupt: {exc.message} (Ctrl-C again detaches)")
 
     return asyncio.ensure_future(send())
+
+
+def stalls_of(client: Client, workflow_id: str) -> Callable[[], Awaitable[list[str]]]:
+    """What the running prompt `workflow_id` waits for, when it is not plain progress."""
+
+    async def stalls() -> list[str]:
+        from durable_agent.cli.pending import stalled_lines
+
+        return await stalled_lines(client, workflow_id)
+
+    return stalls
 
 
 def idle_hint(task_queue: str) -> tuple[str, float]:
@@ -130,7 +143,14 @@ async def watch_session(client: Client, console: Console, session_id: str, task_
     install_interrupt(interrupt, detached.set)
     child = client.get_workflow_handle(query_workflow_id(session_id, 1))
     outcome = riding_out(handle.result, console, session_id)
-    status = await watch(outcome, child, console, detached, *idle_hint(task_queue))
+    status = await watch(
+        outcome,
+        child,
+        console,
+        detached,
+        *idle_hint(task_queue),
+        stalls=stalls_of(client, child.id),
+    )
     if status is None:
         console.info(f"detached; the session goes on: durable-agent tail {session_id}")
         return EXIT_DETACHED
@@ -149,21 +169,34 @@ async def watch(
     idle_seconds: float = 15.0,
     on_approval: Callable[[], Awaitable[None]] | None = None,
     on_events: Callable[[list[ProgressEvent]], Awaitable[None]] | None = None,
+    stalls: Callable[[], Awaitable[list[str]]] | None = None,
 ) -> T | None:
     """Print the prompt's progress events until `outcome` is ready (None if the user detached);
     `on_events` gets the new events, and when something starts waiting for an answer (a call
-    for approval, an event for the SDK's hook callbacks) `on_approval` asks about it."""
+    for approval, an event for the SDK's hook callbacks) `on_approval` asks about it. After
+    STALL_SECONDS without an event, what `stalls()` says the prompt waits for is shown (each
+    kind of wait once), so a wait after an outage is never silent."""
     result = asyncio.ensure_future(outcome)
     stop = asyncio.ensure_future(detached.wait())
     since = 0
-    started = asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
+    started = quiet_since = loop.time()
     hinted = False
+    said: set[str] = set()
     try:
         while True:
             done = result.done()
             since, events = await _show_events(child, console, since)
             if events and on_events is not None:
                 await on_events(events)
+            if events:
+                quiet_since = loop.time()
+            elif stalls is not None and loop.time() - quiet_since > STALL_SECONDS:
+                quiet_since = loop.time()
+                for line in await stalls():
+                    if (kind := re.sub(r"\d+", "#", line)) not in said:
+                        said.add(kind)
+                        console.info(f"waiting for: {line}")
             asks = any(e.kind in (ProgressKind.APPROVAL, ProgressKind.HOOK) for e in events)
             if asks and on_approval is not None:
                 await on_approval()
@@ -188,6 +221,13 @@ async def watch(
         await asyncio.sleep(0.3)
 
 
+QUERY_TIMEOUT = timedelta(seconds=5)
+"""A progress query no worker answers (the worker is gone, or its task is lost in an outage)
+would hold the watch for the server's 30 s and the client's retries of it."""
+STALL_SECONDS = 15.0
+"""A prompt with no progress event for this long is asked what it waits for."""
+
+
 async def _started(child: WorkflowHandle[Any, Any]) -> bool:
     """Has any worker run the prompt's workflow yet?"""
     try:
@@ -202,8 +242,13 @@ async def _show_events(
 ) -> tuple[int, list[ProgressEvent]]:
     """Print the events after `since`; the next index, and those events."""
     try:
-        events = await child.query(Queries.PROGRESS, since, result_type=list[ProgressEvent])
-    except RPCError:
+        events = await asyncio.wait_for(
+            child.query(
+                Queries.PROGRESS, since, result_type=list[ProgressEvent], rpc_timeout=QUERY_TIMEOUT
+            ),
+            QUERY_TIMEOUT.total_seconds() + 1,
+        )
+    except (RPCError, TimeoutError):
         return since, []  # not started yet
     except Exception:  # noqa: BLE001 — a failed query must not end the watch
         return since, []
