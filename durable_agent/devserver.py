@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -68,9 +69,12 @@ def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
         return False
 
 
-def free_port(preferred: int) -> int:
-    for port in (preferred, 0):
+def free_port(*preferred: int) -> int:
+    """The first of `preferred` that no one listens on, else any free port. SO_REUSEADDR as
+    the server's own listener: a port a killed server left in TIME_WAIT is free to it."""
+    for port in (*preferred, 0):
         with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
@@ -90,19 +94,39 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def info_path(home: Path) -> Path:
+    """Where the dev server of `home` is recorded (kept when it dies: its ports are reused)."""
+    return home / "devserver.json"
+
+
+def recorded(home: Path) -> DevServerInfo | None:
+    """The dev server this state dir started last, up or not."""
+    try:
+        return DevServerInfo.model_validate_json(info_path(home).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def running(home: Path) -> DevServerInfo | None:
     """The dev server this state dir started, if it is still up."""
-    info_path = home / "devserver.json"
-    if not info_path.exists():
-        return None
-    try:
-        info = DevServerInfo.model_validate_json(info_path.read_text())
-    except ValueError:
+    info = recorded(home)
+    if info is None:
         return None
     host, port = info.address.rsplit(":", 1)
     if pid_alive(info.pid) and port_open(host, int(port)):
         return info
     return None
+
+
+def _ports(last: DevServerInfo | None) -> tuple[int, int]:
+    """The last run's ports when they are free (a CLI still waiting on that address finds the
+    server again), else the defaults, else any."""
+    if last is not None:
+        with contextlib.suppress(IndexError, ValueError):
+            port = int(last.address.rsplit(":", 1)[1])
+            ui_port = int(last.ui_url.rsplit(":", 1)[1])
+            return free_port(port, DEFAULT_PORT), free_port(ui_port, DEFAULT_UI_PORT)
+    return free_port(DEFAULT_PORT), free_port(DEFAULT_UI_PORT)
 
 
 def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevServerInfo, bool]:
@@ -111,7 +135,7 @@ def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevSer
     if info is not None:
         return info, False
     home.mkdir(parents=True, exist_ok=True)
-    port, ui_port = free_port(DEFAULT_PORT), free_port(DEFAULT_UI_PORT)
+    port, ui_port = _ports(recorded(home))
     db_path, log_path = home / "temporal.db", home / "devserver.log"
     cmd = [
         str(temporal_binary()),
@@ -152,7 +176,10 @@ def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevSer
         db_path=str(db_path),
         log_path=str(log_path),
     )
-    (home / "devserver.json").write_text(info.model_dump_json())
+    # Whole or not at all: a CLI that follows the server re-reads this file while it is written.
+    partial = info_path(home).with_suffix(".json.tmp")
+    partial.write_text(info.model_dump_json())
+    partial.replace(info_path(home))
     return info, True
 
 
@@ -165,5 +192,5 @@ def stop_dev_server(home: Path) -> bool:
         if not pid_alive(info.pid):
             break
         time.sleep(0.1)
-    (home / "devserver.json").unlink(missing_ok=True)
+    info_path(home).unlink(missing_ok=True)
     return True
