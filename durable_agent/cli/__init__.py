@@ -8,7 +8,8 @@ The package's layers, each importing only the ones below it (tests/test_cli_impo
 - `approving` (answering tool calls that wait for a person);
 - what the commands share: `serving` (config, client and in-process worker for a command),
   `watching` (following a prompt), `connect`, `sessions` (ids, task queues, memo),
-  `reconnect` (riding out an outage), `args` (parser and QueryConfig), `console`, `errors`.
+  `reconnect` (riding out an outage), `following` (the embedded server's moves), `args` (parser
+  and QueryConfig), `console`, `errors`.
 
 A command's module is imported only when it runs, and none imports `workflows/` (the CLI names
 workflows, signals, queries and updates by the constants of durable_agent.names); the worker's

@@ -38,6 +38,7 @@ from temporalio.service import RPCError
 from durable_agent.cli.args import _permission_options, parser, positive_usd
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
+from durable_agent.cli.following import follow_with
 from durable_agent.cli.serving import prepared, serving
 from durable_agent.cli.sessions import (
     compact_request,
@@ -731,7 +732,7 @@ async def _start(
 
     task_queue = new_session_queue(ns, start.session_id)
     if not ns.no_worker:
-        await stack.enter_async_context(build_worker(client, task_queue))
+        follow_with(client, await stack.enter_async_context(build_worker(client, task_queue)))
     return await client.start_workflow(
         Workflows.SESSION,
         start,
