@@ -4,7 +4,8 @@ The package's layers, each importing only the ones below it (tests/test_cli_impo
 
 - this module: `main` (parse, dispatch to the command's module), `hard_exit`;
 - the commands: `commands` (run, resume, demo, server, status, interrupt, approve, list),
-  `chat` (chat, tail), `claude` (Claude Code's own command line: `durable-agent -p …`);
+  `chat` (chat, tail), `claude` (Claude Code's own command line: `durable-agent -p …`;
+  its stream-json stdin in `claude_input`);
 - `approving` (answering tool calls that wait for a person);
 - what the commands share: `serving` (config, client and in-process worker for a command),
   `watching` (following a prompt), `connect`, `sessions` (ids, task queues, memo),
