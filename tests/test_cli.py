@@ -383,6 +383,31 @@ def test_a_value_out_of_range_is_one_line_naming_the_flag(tmp_path):
     assert_clean_error(proc, "--context-window: input should be greater than or equal to 50000")
 
 
+@pytest.mark.parametrize("command", [["run", "x"], ["-p", "x"]], ids=["run", "claude"])
+def test_an_empty_model_is_refused_in_one_line(tmp_path, command):
+    for flag in ("--model", "--fallback-model"):
+        proc = durable_agent([*command, flag, " "], cli_env(tmp_path))
+        assert_clean_error(proc, f"{flag} is empty")
+
+
+@pytest.mark.parametrize(
+    ("hooks", "key"),
+    [
+        ({"PreToolUse": [{"matcher": "Bash(", "hooks": [{"type": "command", "command": "x"}]}]},
+         "`hooks.PreToolUse[0].matcher`: not a valid regular expression"),
+        ({"Stop": [{"hooks": [{"type": "command", "command": "x", "timeout": -5}]}]},
+         "`hooks.Stop[0].hooks[0].timeout`: must be a positive number of seconds (got -5)"),
+    ],
+    ids=["matcher", "timeout"],
+)  # fmt: skip
+def test_a_hook_that_could_never_work_is_refused_naming_the_file(tmp_path, hooks, key):
+    settings = tmp_path / "ws" / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"hooks": hooks}))
+    proc = durable_agent(["run", "x", "--workspace", str(settings.parents[1])], cli_env(tmp_path))
+    assert_clean_error(proc, f"{settings}: {key}")
+
+
 def test_no_traceback_for_a_closed_pipe_or_a_bug(capsys, monkeypatch):
     from durable_agent.cli import _guarded
 
