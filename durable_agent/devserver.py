@@ -38,7 +38,48 @@ def server_args() -> list[str]:
 
 
 class DevServerError(Exception):
-    """The dev server could not be found or started; the message says why."""
+    """The dev server could not be found or started; the message says why (one line)."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+LOW_DISK_BYTES = 16 * 1024 * 1024
+"""Less free space than this where the state dir is: SQLite cannot grow its files there."""
+
+FULL_DISK_SIGNS = ("database or disk is full", "no space left on device", "sqlite_full")
+"""How the dev server's log says its disk is full (when there was room to say it)."""
+
+FULL_DISK_HINT = "free space on that disk, or set DURABLE_AGENT_HOME to a directory on another one"
+
+
+def full_disk(home: Path, said: str = "") -> str | None:
+    """ "the disk of HOME is full (N free)" when it is, or when `said` (a log, an error) says
+    so; else None."""
+    try:
+        free = shutil.disk_usage(home).free
+    except OSError:
+        return None
+    if free < LOW_DISK_BYTES or any(sign in said.lower() for sign in FULL_DISK_SIGNS):
+        return f"the disk of {home} is full ({free / 1024 / 1024:.1f} MiB free)"
+    return None
+
+
+def _not_started(home: Path, log_path: Path) -> DevServerError:
+    """Why the dev server did not start, in one line: a full disk, else the log's last error."""
+    try:
+        log = log_path.read_text(errors="replace")[-4000:]
+    except OSError:
+        log = ""
+    if disk := full_disk(home, log):
+        return DevServerError(f"the Temporal dev server did not start: {disk}", FULL_DISK_HINT)
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    last = (errors or lines or ["it exited without a word"])[-1]
+    return DevServerError(
+        f"the Temporal dev server did not start: {last[:200]}", f"its log: {log_path}"
+    )
 
 
 class DevServerInfo(BaseModel):
@@ -134,6 +175,17 @@ def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevSer
     info = running(home)
     if info is not None:
         return info, False
+    try:
+        return _start(home, startup_timeout)
+    except OSError as exc:  # the state dir or its log cannot be made or written
+        disk = full_disk(home, str(exc)) if home.exists() else None
+        raise DevServerError(
+            f"cannot start the dev server in {home}: {disk or exc.strerror or exc}",
+            FULL_DISK_HINT if disk else "check DURABLE_AGENT_HOME",
+        ) from None
+
+
+def _start(home: Path, startup_timeout: float) -> tuple[DevServerInfo, bool]:
     home.mkdir(parents=True, exist_ok=True)
     port, ui_port = _ports(recorded(home))
     db_path, log_path = home / "temporal.db", home / "devserver.log"
@@ -166,8 +218,7 @@ def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevSer
         if proc.poll() is not None or time.monotonic() > deadline:
             if proc.poll() is None:
                 proc.kill()
-            tail = log_path.read_text(errors="replace")[-800:]
-            raise DevServerError(f"the Temporal dev server did not start (log {log_path}):\n{tail}")
+            raise _not_started(home, log_path)
         time.sleep(0.1)
     info = DevServerInfo(
         pid=proc.pid,
@@ -178,8 +229,16 @@ def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevSer
     )
     # Whole or not at all: a CLI that follows the server re-reads this file while it is written.
     partial = info_path(home).with_suffix(".json.tmp")
-    partial.write_text(info.model_dump_json())
-    partial.replace(info_path(home))
+    try:
+        partial.write_text(info.model_dump_json())
+        partial.replace(info_path(home))
+    except OSError as exc:  # a server no one can find again is of no use
+        proc.kill()
+        partial.unlink(missing_ok=True)
+        disk = full_disk(home, str(exc))
+        raise DevServerError(
+            f"cannot record the dev server in {home}: {disk or exc.strerror}", FULL_DISK_HINT
+        ) from None
     return info, True
 
 

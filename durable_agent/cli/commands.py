@@ -179,7 +179,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
     try:
         info, started = ensure_dev_server(home)
     except DevServerError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(str(exc), exc.hint) from None
     print(f"{'started' if started else 'running'}: Temporal dev server at {info.address}")
     print(f"Web UI: {info.ui_url}")
     print(f"data: {info.db_path}")

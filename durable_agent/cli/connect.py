@@ -47,7 +47,8 @@ async def connect(console: Console, start_server: bool = True) -> Client:
                     )
                 info = found
         except DevServerError as exc:
-            raise CliError(str(exc), "set TEMPORAL_ADDRESS to use another Temporal server") from exc
+            hint = exc.hint or "set TEMPORAL_ADDRESS to use another Temporal server"
+            raise CliError(str(exc), hint) from None
         address, hint = info.address, f"see the dev server log {info.log_path}"
         patience = max(patience, 15.0)  # a dev server that just started may need a few seconds
     telemetry.setup_from_env()
