@@ -427,3 +427,36 @@ def test_no_traceback_for_a_closed_pipe_or_a_bug(capsys, monkeypatch):
     monkeypatch.setenv("DURABLE_AGENT_DEBUG", "1")
     with pytest.raises(KeyError):
         _guarded(bug)
+
+
+def test_an_sdk_error_log_is_one_line_naming_a_full_disk(capsys, monkeypatch, tmp_path):
+    """A worker's failed completion, logged by the SDK with its chain of causes, is one line
+    (it was three chained tracebacks when the disk filled)."""
+    import errno
+    import logging
+
+    from durable_agent.cli import sdk_log
+
+    monkeypatch.delenv("DURABLE_AGENT_DEBUG", raising=False)
+    monkeypatch.setenv("DURABLE_AGENT_HOME", str(tmp_path))
+    monkeypatch.setattr(sdk_log, "full_disk", lambda home, said: f"the disk of {home} is full")
+    for name in sdk_log.LOGGERS:  # put back as they were after the test
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+        monkeypatch.setattr(logger, "propagate", logger.propagate)
+    sdk_log.one_line()
+    try:
+        try:
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError as exc:
+                raise RuntimeError("cannot store the payload") from exc
+        except RuntimeError:
+            raise ValueError("Failed encoding") from None
+    except ValueError:
+        logging.getLogger("temporalio.worker._activity").exception("Failed completing activity")
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "durable-agent: Failed completing activity: OSError: [Errno 28] No space left on device "
+        f"(the disk of {tmp_path} is full)"
+    ]

@@ -10,7 +10,7 @@ The package's layers, each importing only the ones below it (tests/test_cli_impo
 - what the commands share: `serving` (config, client and in-process worker for a command),
   `watching` (following a prompt), `connect`, `sessions` (ids, task queues, memo),
   `reconnect` (riding out an outage), `following` (the embedded server's moves), `args` (parser
-  and QueryConfig), `console`, `errors`.
+  and QueryConfig), `console`, `sdk_log` (the SDK's error logs in one line), `errors`.
 
 A command's module is imported only when it runs, and none imports `workflows/` (the CLI names
 workflows, signals, queries and updates by the constants of durable_agent.names); the worker's

@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from durable_agent import telemetry, warm
+from durable_agent.cli import sdk_log
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.following import following
@@ -97,9 +98,10 @@ def _plugins() -> list[Any]:
 
 
 def quiet_runtime() -> Runtime:
-    """The SDK core logs only errors (retries and cancellations are routine); as
-    durable_agent.wiring.quiet_runtime."""
+    """The SDK core logs only errors (retries and cancellations are routine), each in one line;
+    as durable_agent.wiring.quiet_runtime."""
     logging.getLogger("temporalio").setLevel(logging.ERROR)
+    sdk_log.one_line()
     quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
     return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
 
