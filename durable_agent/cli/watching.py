@@ -17,6 +17,7 @@ from durable_agent.cli.console import Console
 from durable_agent.cli.errors import EXIT_DETACHED, EXIT_STOPPED, CliError
 from durable_agent.cli.reconnect import is_outage, riding_out
 from durable_agent.cli.sessions import new_session_id, query_workflow_id
+from durable_agent.cli.stalls import Stall
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import (
     ProgressEvent,
@@ -158,12 +159,14 @@ async def watch(
     since = 0
     started = asyncio.get_running_loop().time()
     hinted = False
+    stall = Stall(started)
     try:
         while True:
             done = result.done()
             since, events = await _show_events(child, console, since)
             if events and on_events is not None:
                 await on_events(events)
+            await stall.say(child, console, bool(events), idle_seconds)
             asks = any(e.kind in (ProgressKind.APPROVAL, ProgressKind.HOOK) for e in events)
             if asks and on_approval is not None:
                 await on_approval()
