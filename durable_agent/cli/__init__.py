@@ -8,9 +8,10 @@ The package's layers, each importing only the ones below it (tests/test_cli_impo
   its stream-json stdin in `claude_input`);
 - `approving` (answering tool calls that wait for a person);
 - what the commands share: `serving` (config, client and in-process worker for a command),
-  `watching` (following a prompt; `stalls`: what a prompt without progress waits for), `connect`, `sessions` (ids, task queues, memo),
-  `reconnect` (riding out an outage), `following` (the embedded server's moves), `args` (parser
-  and QueryConfig), `console`, `sdk_log` (the SDK's error logs in one line), `errors`.
+  `watching` (following a prompt; `stalls`: what a prompt without progress waits for),
+  `connect`, `sessions` (ids, task queues, memo), `reconnect` (riding out an outage),
+  `following` (the embedded server's moves), `args` (parser and QueryConfig), `console`,
+  `sdk_log` (the SDK's error logs in one line), `errors`.
 
 A command's module is imported only when it runs, and none imports `workflows/` (the CLI names
 workflows, signals, queries and updates by the constants of durable_agent.names); the worker's
