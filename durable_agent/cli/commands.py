@@ -26,6 +26,7 @@ from durable_agent.cli.args import controls_for
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console, result_details
 from durable_agent.cli.errors import CliError
+from durable_agent.cli.following import follow_with
 from durable_agent.cli.reconnect import riding_out
 from durable_agent.cli.serving import prepared, served_warm, serving, warm_worker_for
 from durable_agent.cli.sessions import (
@@ -128,7 +129,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
             call=ModelCallConfig(permissions=controls.permissions, tool_hooks=controls.tool_hooks),
             settings=controls.settings,
         )
-        async with build_worker(client, task_queue, client_factory=factory):
+        async with build_worker(client, task_queue, client_factory=factory) as worker:
+            follow_with(client, worker)
             code = await run_prompt(client, console, DEMO_PROMPT, config, task_queue)
         if server.violations:
             raise CliError(
@@ -207,7 +209,8 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
     client = await connect(Console(), start_server=False)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with build_worker(client, record.task_queue):
+    async with build_worker(client, record.task_queue) as worker:
+        follow_with(client, worker)
         warm.write_record(home, fp, record)
         print(f"warm worker pid {record.pid} on {record.task_queue}", flush=True)
         try:
