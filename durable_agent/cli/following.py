@@ -13,7 +13,7 @@ from typing import Any
 
 import google.protobuf.message
 from temporalio.client import Client
-from temporalio.service import ServiceClient, ServiceResponse
+from temporalio.service import RPCError, ServiceClient, ServiceResponse
 
 from durable_agent.cli.console import Console
 from durable_agent.devserver import info_path, running
@@ -96,12 +96,20 @@ class FollowingServiceClient(ServiceClient):
         timeout: timedelta | None,  # noqa: ASYNC109 — the SDK's signature
     ) -> ServiceResponse:
         await self._follow()
-        return await self._inner._rpc_call(
-            rpc,
-            req,
-            resp_type,
-            service=service,
-            retry=retry,
-            metadata=metadata,
-            timeout=timeout,
-        )
+        inner = self._inner
+
+        async def call(target: ServiceClient) -> ServiceResponse:
+            return await target._rpc_call(
+                rpc, req, resp_type,
+                service=service, retry=retry, metadata=metadata, timeout=timeout,
+            )  # fmt: skip
+
+        try:
+            return await call(inner)
+        except RPCError:
+            await self._follow()
+            if self._inner is inner:
+                raise
+        # It went to the old address (its server gone, someone else there): once more at the
+        # new one, as the SDK retries a call that found no server.
+        return await call(self._inner)
