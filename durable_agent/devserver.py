@@ -55,8 +55,8 @@ FULL_DISK_HINT = "free space on that disk, or set DURABLE_AGENT_HOME to a direct
 
 
 def full_disk(home: Path, said: str = "") -> str | None:
-    """ "the disk of HOME is full (N free)" when it is, or when `said` (a log, an error) says
-    so; else None."""
+    """One line, "the disk of HOME is full (N MiB free)", when it is or when `said` (a log, an
+    error) says so; else None."""
     try:
         free = shutil.disk_usage(home).free
     except OSError:
