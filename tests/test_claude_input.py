@@ -24,7 +24,7 @@ CASES = [
         b"[" * 200_000 + b"]" * 200_000 + b"\n", "stdin: line 1 is nested too deeply", id="deep"
     ),
     pytest.param(b"", "stdin: it is empty", id="empty"),
-    pytest.param(b"\n  \n", "stdin: it ended without a user message", id="blank"),
+    pytest.param(b"\n  \n", "stdin: it held only blank lines", id="blank"),
     pytest.param(b'{"type": "user"\n', "stdin: line 1 is not JSON", id="not-json"),
     pytest.param(b'{"type": "bogus"}\n', "stdin: line 1: unknown message type 'bogus'", id="bogus"),
 ]

@@ -838,7 +838,7 @@ async def _latest_session(client: Client, workspace: str) -> str:
 async def _read_stream(front: Front, follower: asyncio.Future[Any]) -> None:
     """User messages and control messages from stdin until its end."""
     stdin = Stdin()
-    number = prompts = 0
+    number = messages = 0
     while (raw := await stdin.lines.get()) is not None:
         number += 1
         if follower.done():
@@ -846,10 +846,10 @@ async def _read_stream(front: Front, follower: asyncio.Future[Any]) -> None:
         message = parse_line(raw, number)
         if message is None:
             continue
+        messages += 1
         kind = message.get("type")
         if kind == "user":
             await front.submit(prompt_text(message))
-            prompts += 1
         elif kind == "control_request":
             await front.control(message)
         elif kind == "control_response":
@@ -858,8 +858,8 @@ async def _read_stream(front: Front, follower: asyncio.Future[Any]) -> None:
             continue
         else:
             raise InputError(f"line {number}: unknown message type {kind!r}")
-    if prompts == 0:
-        raise InputError("it ended without a user message" if number else "it is empty")
+    if messages == 0:  # (an SDK that only said `initialize` and left has its answer)
+        raise InputError("it held only blank lines" if number else "it is empty")
 
 
 def _with_tool_result(req: HookCallbackRequest, session_id: str) -> dict[str, Any]:
