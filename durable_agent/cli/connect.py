@@ -53,6 +53,7 @@ async def connect(console: Console, start_server: bool = True) -> Client:
         address, hint = info.address, f"see the dev server log {info.log_path}"
         patience = max(patience, 15.0)  # a dev server that just started may need a few seconds
     telemetry.setup_from_env()
+    sdk_log.one_line()  # the errors of this process's worker, if it runs one, in one line each
     runtime = quiet_runtime()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience
@@ -98,10 +99,9 @@ def _plugins() -> list[Any]:
 
 
 def quiet_runtime() -> Runtime:
-    """The SDK core logs only errors (retries and cancellations are routine), each in one line;
-    as durable_agent.wiring.quiet_runtime."""
+    """The SDK core logs only errors (retries and cancellations are routine); as
+    durable_agent.wiring.quiet_runtime."""
     logging.getLogger("temporalio").setLevel(logging.ERROR)
-    sdk_log.one_line()
     quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
     return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
 
