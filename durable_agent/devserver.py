@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -37,7 +38,48 @@ def server_args() -> list[str]:
 
 
 class DevServerError(Exception):
-    """The dev server could not be found or started; the message says why."""
+    """The dev server could not be found or started; the message says why (one line)."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+LOW_DISK_BYTES = 16 * 1024 * 1024
+"""Less free space than this where the state dir is: SQLite cannot grow its files there."""
+
+FULL_DISK_SIGNS = ("database or disk is full", "no space left on device", "sqlite_full")
+"""How the dev server's log says its disk is full (when there was room to say it)."""
+
+FULL_DISK_HINT = "free space on that disk, or set DURABLE_AGENT_HOME to a directory on another one"
+
+
+def full_disk(home: Path, said: str = "") -> str | None:
+    """One line, "the disk of HOME is full (N MiB free)", when it is or when `said` (a log, an
+    error) says so; else None."""
+    try:
+        free = shutil.disk_usage(home).free
+    except OSError:
+        return None
+    if free < LOW_DISK_BYTES or any(sign in said.lower() for sign in FULL_DISK_SIGNS):
+        return f"the disk of {home} is full ({free / 1024 / 1024:.1f} MiB free)"
+    return None
+
+
+def _not_started(home: Path, log_path: Path) -> DevServerError:
+    """Why the dev server did not start, in one line: a full disk, else the log's last error."""
+    try:
+        log = log_path.read_text(errors="replace")[-4000:]
+    except OSError:
+        log = ""
+    if disk := full_disk(home, log):
+        return DevServerError(f"the Temporal dev server did not start: {disk}", FULL_DISK_HINT)
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    last = (errors or lines or ["it exited without a word"])[-1]
+    return DevServerError(
+        f"the Temporal dev server did not start: {last[:200]}", f"its log: {log_path}"
+    )
 
 
 class DevServerInfo(BaseModel):
@@ -68,9 +110,12 @@ def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
         return False
 
 
-def free_port(preferred: int) -> int:
-    for port in (preferred, 0):
+def free_port(*preferred: int) -> int:
+    """The first of `preferred` that no one listens on, else any free port. SO_REUSEADDR as
+    the server's own listener: a port a killed server left in TIME_WAIT is free to it."""
+    for port in (*preferred, 0):
         with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
@@ -90,14 +135,23 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def info_path(home: Path) -> Path:
+    """Where the dev server of `home` is recorded (kept when it dies: its ports are reused)."""
+    return home / "devserver.json"
+
+
+def recorded(home: Path) -> DevServerInfo | None:
+    """The dev server this state dir started last, up or not."""
+    try:
+        return DevServerInfo.model_validate_json(info_path(home).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def running(home: Path) -> DevServerInfo | None:
     """The dev server this state dir started, if it is still up."""
-    info_path = home / "devserver.json"
-    if not info_path.exists():
-        return None
-    try:
-        info = DevServerInfo.model_validate_json(info_path.read_text())
-    except ValueError:
+    info = recorded(home)
+    if info is None:
         return None
     host, port = info.address.rsplit(":", 1)
     if pid_alive(info.pid) and port_open(host, int(port)):
@@ -105,13 +159,35 @@ def running(home: Path) -> DevServerInfo | None:
     return None
 
 
+def _ports(last: DevServerInfo | None) -> tuple[int, int]:
+    """The last run's ports when they are free (a CLI still waiting on that address finds the
+    server again), else the defaults, else any."""
+    if last is not None:
+        with contextlib.suppress(IndexError, ValueError):
+            port = int(last.address.rsplit(":", 1)[1])
+            ui_port = int(last.ui_url.rsplit(":", 1)[1])
+            return free_port(port, DEFAULT_PORT), free_port(ui_port, DEFAULT_UI_PORT)
+    return free_port(DEFAULT_PORT), free_port(DEFAULT_UI_PORT)
+
+
 def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevServerInfo, bool]:
     """Reuse the dev server running for `home`, or start one detached. Returns (info, started)."""
     info = running(home)
     if info is not None:
         return info, False
+    try:
+        return _start(home, startup_timeout)
+    except OSError as exc:  # the state dir or its log cannot be made or written
+        disk = full_disk(home, str(exc)) if home.exists() else None
+        raise DevServerError(
+            f"cannot start the dev server in {home}: {disk or exc.strerror or exc}",
+            FULL_DISK_HINT if disk else "check DURABLE_AGENT_HOME",
+        ) from None
+
+
+def _start(home: Path, startup_timeout: float) -> tuple[DevServerInfo, bool]:
     home.mkdir(parents=True, exist_ok=True)
-    port, ui_port = free_port(DEFAULT_PORT), free_port(DEFAULT_UI_PORT)
+    port, ui_port = _ports(recorded(home))
     db_path, log_path = home / "temporal.db", home / "devserver.log"
     cmd = [
         str(temporal_binary()),
@@ -142,8 +218,7 @@ def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevSer
         if proc.poll() is not None or time.monotonic() > deadline:
             if proc.poll() is None:
                 proc.kill()
-            tail = log_path.read_text(errors="replace")[-800:]
-            raise DevServerError(f"the Temporal dev server did not start (log {log_path}):\n{tail}")
+            raise _not_started(home, log_path)
         time.sleep(0.1)
     info = DevServerInfo(
         pid=proc.pid,
@@ -152,7 +227,18 @@ def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevSer
         db_path=str(db_path),
         log_path=str(log_path),
     )
-    (home / "devserver.json").write_text(info.model_dump_json())
+    # Whole or not at all: a CLI that follows the server re-reads this file while it is written.
+    partial = info_path(home).with_suffix(".json.tmp")
+    try:
+        partial.write_text(info.model_dump_json())
+        partial.replace(info_path(home))
+    except OSError as exc:  # a server no one can find again is of no use
+        proc.kill()
+        partial.unlink(missing_ok=True)
+        disk = full_disk(home, str(exc))
+        raise DevServerError(
+            f"cannot record the dev server in {home}: {disk or exc.strerror}", FULL_DISK_HINT
+        ) from None
     return info, True
 
 
@@ -165,5 +251,5 @@ def stop_dev_server(home: Path) -> bool:
         if not pid_alive(info.pid):
             break
         time.sleep(0.1)
-    (home / "devserver.json").unlink(missing_ok=True)
+    info_path(home).unlink(missing_ok=True)
     return True

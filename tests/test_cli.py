@@ -383,6 +383,31 @@ def test_a_value_out_of_range_is_one_line_naming_the_flag(tmp_path):
     assert_clean_error(proc, "--context-window: input should be greater than or equal to 50000")
 
 
+@pytest.mark.parametrize("command", [["run", "x"], ["-p", "x"]], ids=["run", "claude"])
+def test_an_empty_model_is_refused_in_one_line(tmp_path, command):
+    for flag in ("--model", "--fallback-model"):
+        proc = durable_agent([*command, flag, " "], cli_env(tmp_path))
+        assert_clean_error(proc, f"{flag} is empty")
+
+
+@pytest.mark.parametrize(
+    ("hooks", "key"),
+    [
+        ({"PreToolUse": [{"matcher": "Bash(", "hooks": [{"type": "command", "command": "x"}]}]},
+         "`hooks.PreToolUse[0].matcher`: not a valid regular expression"),
+        ({"Stop": [{"hooks": [{"type": "command", "command": "x", "timeout": -5}]}]},
+         "`hooks.Stop[0].hooks[0].timeout`: must be a positive number of seconds (got -5)"),
+    ],
+    ids=["matcher", "timeout"],
+)  # fmt: skip
+def test_a_hook_that_could_never_work_is_refused_naming_the_file(tmp_path, hooks, key):
+    settings = tmp_path / "ws" / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"hooks": hooks}))
+    proc = durable_agent(["run", "x", "--workspace", str(settings.parents[1])], cli_env(tmp_path))
+    assert_clean_error(proc, f"{settings}: {key}")
+
+
 def test_no_traceback_for_a_closed_pipe_or_a_bug(capsys, monkeypatch):
     from durable_agent.cli import _guarded
 
@@ -402,3 +427,36 @@ def test_no_traceback_for_a_closed_pipe_or_a_bug(capsys, monkeypatch):
     monkeypatch.setenv("DURABLE_AGENT_DEBUG", "1")
     with pytest.raises(KeyError):
         _guarded(bug)
+
+
+def test_an_sdk_error_log_is_one_line_naming_a_full_disk(capsys, monkeypatch, tmp_path):
+    """A worker's failed completion, logged by the SDK with its chain of causes, is one line
+    (it was three chained tracebacks when the disk filled)."""
+    import errno
+    import logging
+
+    from durable_agent.cli import sdk_log
+
+    monkeypatch.delenv("DURABLE_AGENT_DEBUG", raising=False)
+    monkeypatch.setenv("DURABLE_AGENT_HOME", str(tmp_path))
+    monkeypatch.setattr(sdk_log, "full_disk", lambda home, said: f"the disk of {home} is full")
+    for name in sdk_log.LOGGERS:  # put back as they were after the test
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+        monkeypatch.setattr(logger, "propagate", logger.propagate)
+    sdk_log.one_line()
+    try:
+        try:
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError as exc:
+                raise RuntimeError("cannot store the payload") from exc
+        except RuntimeError:
+            raise ValueError("Failed encoding") from None
+    except ValueError:
+        logging.getLogger("temporalio.worker._activity").exception("Failed completing activity")
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "durable-agent: Failed completing activity: OSError: [Errno 28] No space left on device "
+        f"(the disk of {tmp_path} is full)"
+    ]

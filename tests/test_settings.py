@@ -165,6 +165,24 @@ def test_invalid_json_names_the_file_line_and_column(files: dict[str, Path], nam
             {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x", "timeout": "5"}]}]}},
             "`hooks.Stop[0].hooks[0].timeout`",
         ),
+        (
+            {
+                "hooks": {
+                    "PreToolUse": [
+                        {"matcher": "Bash(", "hooks": [{"type": "command", "command": "x"}]}
+                    ]
+                }
+            },
+            "`hooks.PreToolUse[0].matcher`: not a valid regular expression",
+        ),
+        (
+            {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x", "timeout": -1}]}]}},
+            "`hooks.Stop[0].hooks[0].timeout`: must be a positive number",
+        ),
+        (
+            {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x", "timeout": 0}]}]}},
+            "`hooks.Stop[0].hooks[0].timeout`",
+        ),
         ({"env": {"A": 1}}, "`env.A`"),
         ({"sandbox": {"enabled": "yes"}}, "`sandbox.enabled`"),
         ({"model": 4}, "`model`"),
@@ -179,6 +197,17 @@ def test_wrong_shape_names_the_file_and_key(files: dict[str, Path], data: Any, k
     assert text.startswith(f"{files['project']}: ")
     assert key in text
     assert "\n" not in text
+
+
+def test_matchers_claude_code_documents_are_accepted(files: dict[str, Path]) -> None:
+    groups = [
+        {"matcher": m, "hooks": [{"type": "command", "command": "x", "timeout": 0.5}]}
+        for m in ("Bash", "Edit|Write", "Notebook.*", "mcp__memory__.*", "^Write$", "*", "")
+    ]
+    # An event without a matcher ignores what its groups say (as Claude Code does).
+    stop = [{"matcher": "(", "hooks": [{"type": "command", "command": "y"}]}]
+    write(files["project"], {"hooks": {"PreToolUse": groups, "Stop": stop}})
+    assert len(load_settings(files["workspace"]).settings.hooks["PreToolUse"]) == 7
 
 
 def test_settings_flag_inline_json_and_file(files: dict[str, Path], tmp_path: Path) -> None:

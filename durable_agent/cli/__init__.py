@@ -4,11 +4,14 @@ The package's layers, each importing only the ones below it (tests/test_cli_impo
 
 - this module: `main` (parse, dispatch to the command's module), `hard_exit`;
 - the commands: `commands` (run, resume, demo, server, status, interrupt, approve, list),
-  `chat` (chat, tail), `claude` (Claude Code's own command line: `durable-agent -p …`);
+  `chat` (chat, tail), `claude` (Claude Code's own command line: `durable-agent -p …`;
+  its stream-json stdin in `claude_input`);
 - `approving` (answering tool calls that wait for a person);
 - what the commands share: `serving` (config, client and in-process worker for a command),
-  `watching` (following a prompt), `connect`, `sessions` (ids, task queues, memo),
-  `reconnect` (riding out an outage), `args` (parser and QueryConfig), `console`, `errors`.
+  `watching` (following a prompt; `stalls`: what a prompt without progress waits for),
+  `connect`, `sessions` (ids, task queues, memo), `reconnect` (riding out an outage),
+  `following` (the embedded server's moves), `args` (parser and QueryConfig), `console`,
+  `sdk_log` (the SDK's error logs in one line), `errors`.
 
 A command's module is imported only when it runs, and none imports `workflows/` (the CLI names
 workflows, signals, queries and updates by the constants of durable_agent.names); the worker's

@@ -131,6 +131,11 @@ def build_config(
 ) -> QueryConfig:
     """The config of the session's prompts; without `controls`, no permission checks (the
     engine's own tests)."""
+    for flag, value in (("--model", args.model), ("--fallback-model", args.fallback_model)):
+        if value is not None and not value.strip():  # not the default model, silently
+            raise CliError(
+                f"{flag} is empty", f"give a model id ({DEFAULT_MODEL}, …) or leave {flag} out"
+            )
     try:
         return _query_config(args, workspace, controls)
     except ValidationError as exc:

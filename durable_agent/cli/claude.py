@@ -36,8 +36,10 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from durable_agent.cli.args import _permission_options, parser, positive_usd
+from durable_agent.cli.claude_input import InputError, Stdin, parse_line
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
+from durable_agent.cli.following import follow_with
 from durable_agent.cli.serving import prepared, serving
 from durable_agent.cli.sessions import (
     compact_request,
@@ -59,7 +61,7 @@ from durable_agent.engine.contracts import (
     SessionState,
     SessionStatus,
 )
-from durable_agent.engine.messages import TranscriptEntry
+from durable_agent.engine.messages import TranscriptEntry, Usage
 from durable_agent.engine.pricing import price_of
 from durable_agent.engine.state import (
     ProgressEvent,
@@ -224,6 +226,11 @@ class Out:
         else:
             self.write(obj)
 
+    def error(self, message: str, started: float) -> None:
+        """An error that ends the run before a prompt's result (text: stderr says it)."""
+        if self.format != "text":
+            self.write(error_result_line(message, self.session_id, started))
+
 
 SUBTYPES = {
     Terminal.COMPLETED: "success",
@@ -265,6 +272,28 @@ def result_line(result: QueryResult, text: str, session_id: str, started: float)
         "uuid": str(uuid.uuid4()),
         "terminal_reason": result.terminal.value,
         **({"errors": [result.message]} if subtype != "success" and result.message else {}),
+    }
+
+
+def error_result_line(message: str, session_id: str, started: float) -> dict[str, Any]:
+    """The `result` message of a run that ended with no prompt's result (nothing was paid
+    for), shaped as result_line's."""
+    return {
+        "type": "result",
+        "subtype": "error_during_execution",
+        "is_error": True,
+        "duration_ms": int((time.monotonic() - started) * 1000),
+        "duration_api_ms": 0,
+        "num_turns": 0,
+        "result": message,
+        "session_id": session_id,
+        "total_cost_usd": 0.0,
+        "usage": Usage().model_dump(),
+        "modelUsage": {},
+        "permission_denials": [],
+        "stop_reason": None,
+        "uuid": str(uuid.uuid4()),
+        "errors": [message],
     }
 
 
@@ -326,21 +355,6 @@ def prompt_text(message: dict[str, Any]) -> str:
         parts = [b.get("text", "") for b in content if isinstance(b, dict)]
         return "\n".join(p for p in parts if p)
     return ""
-
-
-class Stdin:
-    """stdin's lines as they come (read in a thread), None at the end."""
-
-    def __init__(self) -> None:
-        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-
-        def read() -> None:
-            for line in sys.stdin:
-                loop.call_soon_threadsafe(self.lines.put_nowait, line)
-            loop.call_soon_threadsafe(self.lines.put_nowait, None)
-
-        loop.run_in_executor(None, read)
 
 
 class Front:
@@ -602,6 +616,7 @@ class Lines:
 
 
 async def cmd_claude(argv: list[str]) -> int:
+    started = time.monotonic()
     args = parse_claude_args(argv)
     if args.show_help:
         claude_parser().print_help()
@@ -644,7 +659,15 @@ async def cmd_claude(argv: list[str]) -> int:
         if args.input_format == "text":
             await front.submit(prompt)
         else:
-            await _read_stream(front, follower)
+            try:
+                await _read_stream(front, follower)
+            except InputError as exc:
+                out.error(str(exc), started)  # the SDK reads a result to the end
+                if opened.owned:  # nothing more comes: the session ends with this process
+                    with contextlib.suppress(RPCError, TimeoutError):
+                        await handle.signal(Signals.CLOSE)
+                        await asyncio.wait_for(handle.result(), CLOSE_SECONDS)
+                raise
         await front.accepted.put(None)
         await follower
         if opened.owned:  # a session another process runs goes on after this one
@@ -652,6 +675,11 @@ async def cmd_claude(argv: list[str]) -> int:
             await handle.result()
     last = front.last
     return 0 if last is not None and last.terminal == Terminal.COMPLETED else 1
+
+
+CLOSE_SECONDS = 5.0
+"""How long a run that ends on bad input waits for its session to close (prompts it accepted
+go on after it otherwise)."""
 
 
 @dataclass
@@ -731,7 +759,7 @@ async def _start(
 
     task_queue = new_session_queue(ns, start.session_id)
     if not ns.no_worker:
-        await stack.enter_async_context(build_worker(client, task_queue))
+        follow_with(client, await stack.enter_async_context(build_worker(client, task_queue)))
     return await client.start_workflow(
         Workflows.SESSION,
         start,
@@ -810,15 +838,15 @@ async def _latest_session(client: Client, workspace: str) -> str:
 async def _read_stream(front: Front, follower: asyncio.Future[Any]) -> None:
     """User messages and control messages from stdin until its end."""
     stdin = Stdin()
-    while (line := await stdin.lines.get()) is not None:
+    number = messages = 0
+    while (raw := await stdin.lines.get()) is not None:
+        number += 1
         if follower.done():
             follower.result()  # its error, if it failed
-        if not line.strip():
+        message = parse_line(raw, number)
+        if message is None:
             continue
-        try:
-            message = json.loads(line)
-        except ValueError:
-            raise CliError(f"stdin: not a JSON line: {line.strip()[:80]}") from None
+        messages += 1
         kind = message.get("type")
         if kind == "user":
             await front.submit(prompt_text(message))
@@ -829,7 +857,9 @@ async def _read_stream(front: Front, follower: asyncio.Future[Any]) -> None:
         elif kind == "control_cancel_request":
             continue
         else:
-            raise CliError(f"stdin: unknown message type {kind!r}")
+            raise InputError(f"line {number}: unknown message type {kind!r}")
+    if messages == 0:  # (an SDK that only said `initialize` and left has its answer)
+        raise InputError("it held only blank lines" if number else "it is empty")
 
 
 def _with_tool_result(req: HookCallbackRequest, session_id: str) -> dict[str, Any]:

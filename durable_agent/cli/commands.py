@@ -26,6 +26,7 @@ from durable_agent.cli.args import controls_for
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console, result_details
 from durable_agent.cli.errors import CliError
+from durable_agent.cli.following import follow_with
 from durable_agent.cli.reconnect import riding_out
 from durable_agent.cli.serving import prepared, served_warm, serving, warm_worker_for
 from durable_agent.cli.sessions import (
@@ -134,7 +135,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
             call=ModelCallConfig(permissions=controls.permissions, tool_hooks=controls.tool_hooks),
             settings=controls.settings,
         )
-        async with build_worker(client, task_queue, client_factory=factory):
+        async with build_worker(client, task_queue, client_factory=factory) as worker:
+            follow_with(client, worker)
             code = await run_prompt(client, console, DEMO_PROMPT, config, task_queue)
         if server.violations:
             raise CliError(
@@ -185,7 +187,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
     try:
         info, started = ensure_dev_server(home)
     except DevServerError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(str(exc), exc.hint) from None
     print(f"{'started' if started else 'running'}: Temporal dev server at {info.address}")
     print(f"Web UI: {info.ui_url}")
     print(f"data: {info.db_path}")
@@ -213,7 +215,8 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
     client = await connect(Console(), start_server=False)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with build_worker(client, record.task_queue):
+    async with build_worker(client, record.task_queue) as worker:
+        follow_with(client, worker)
         warm.write_record(home, fp, record)
         print(f"warm worker pid {record.pid} on {record.task_queue}", flush=True)
         try:

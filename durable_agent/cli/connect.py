@@ -1,10 +1,12 @@
-"""Reaching Temporal (TEMPORAL_ADDRESS, else this state dir's dev server) and the API key check."""
+"""Reaching Temporal (TEMPORAL_ADDRESS, else this state dir's dev server, followed wherever it
+moves) and the API key check."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
@@ -12,8 +14,10 @@ from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from durable_agent import telemetry, warm
+from durable_agent.cli import sdk_log
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
+from durable_agent.cli.following import following
 from durable_agent.devserver import DevServerError, ensure_dev_server, running
 from durable_agent.paths import state_home
 from durable_agent.payloads import data_converter
@@ -24,6 +28,7 @@ async def connect(console: Console, start_server: bool = True) -> Client:
     address = os.environ.get("TEMPORAL_ADDRESS")
     hint = "check TEMPORAL_ADDRESS, or unset it to use the embedded dev server"
     patience = connect_seconds()  # a server that is restarting comes back within seconds
+    home: Path | None = None  # the embedded server's state dir, whose server the client follows
     if not address:
         home = state_home()
         try:
@@ -43,10 +48,12 @@ async def connect(console: Console, start_server: bool = True) -> Client:
                     )
                 info = found
         except DevServerError as exc:
-            raise CliError(str(exc), "set TEMPORAL_ADDRESS to use another Temporal server") from exc
+            hint = exc.hint or "set TEMPORAL_ADDRESS to use another Temporal server"
+            raise CliError(str(exc), hint) from None
         address, hint = info.address, f"see the dev server log {info.log_path}"
         patience = max(patience, 15.0)  # a dev server that just started may need a few seconds
     telemetry.setup_from_env()
+    sdk_log.one_line()  # the errors of this process's worker, if it runs one, in one line each
     runtime = quiet_runtime()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience
@@ -64,7 +71,7 @@ async def connect(console: Console, start_server: bool = True) -> Client:
             continue
         if said:
             console.info(f"connected to Temporal at {address}")
-        return client
+        return client if home is None else following(client, home, console)
 
 
 async def temporal_client(address: str, runtime: Runtime) -> Client:

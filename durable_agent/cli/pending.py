@@ -6,6 +6,7 @@ retrying after an error — so `status` never shows a silent wait."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 
 from temporalio.api.common.v1 import WorkflowExecution
@@ -14,6 +15,9 @@ from temporalio.api.workflow.v1 import PendingActivityInfo, PendingWorkflowTaskI
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
+
+from durable_agent.devserver import full_disk
+from durable_agent.paths import state_home
 
 STEP_NAMES = {
     "call_model": "the model call",
@@ -123,10 +127,18 @@ async def waiting_lines(client: Client, workflow_id: str) -> list[str]:
     return lines
 
 
+def with_disk(line: str) -> str:
+    """`line`, naming the state dir's disk when it is full (the embedded server's case)."""
+    if not os.environ.get("TEMPORAL_ADDRESS") and (disk := full_disk(state_home(), line)):
+        return f"{line} — {disk}"
+    return line
+
+
 async def stalled_lines(client: Client, workflow_id: str) -> list[str]:
     """Only the waits that are not plain progress (a step whose worker went quiet, a retry, a
     step no worker takes): what a watching CLI shows when nothing has happened for a while."""
-    return [line for line in await waiting_lines(client, workflow_id) if not is_progress(line)]
+    lines = await waiting_lines(client, workflow_id)
+    return [with_disk(line) for line in lines if not is_progress(line)]
 
 
 async def session_waiting_lines(client: Client, session_id: str) -> list[str]:

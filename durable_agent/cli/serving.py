@@ -21,6 +21,7 @@ from durable_agent.cli.args import build_config, controls_for, workspace_dir
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
+from durable_agent.cli.following import follow_with
 from durable_agent.cli.sessions import SessionPlace, api_endpoint, check_endpoint
 from durable_agent.engine.state import QueryConfig
 from durable_agent.paths import state_home
@@ -43,7 +44,8 @@ async def serving(
     from durable_agent.wiring import build_worker
 
     check_endpoint(console, session_id, place)
-    async with build_worker(client, task_queue):
+    async with build_worker(client, task_queue) as worker:
+        follow_with(client, worker)
         console.info(f"resuming session {session_id} on task queue {task_queue!r}")
         yield
 
@@ -72,7 +74,8 @@ async def served_warm(
         from durable_agent.wiring import build_worker
 
         console.info(f"the warm worker (pid {found.pid}) stopped; this process serves the session")
-        async with build_worker(client, found.task_queue):
+        async with build_worker(client, found.task_queue) as worker:
+            follow_with(client, worker)
             await asyncio.Event().wait()
 
     console.info(f"served by the warm worker (pid {found.pid})")
@@ -108,9 +111,8 @@ async def prepared(
             factory = default_client
             if record is not None:
                 factory = _recording(stack, record, console)
-            await stack.enter_async_context(
-                build_worker(client, task_queue, client_factory=factory)
-            )
+            worker = build_worker(client, task_queue, client_factory=factory)
+            follow_with(client, await stack.enter_async_context(worker))
         yield client, config
 
 

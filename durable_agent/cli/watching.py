@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -19,6 +18,7 @@ from durable_agent.cli.console import Console
 from durable_agent.cli.errors import EXIT_DETACHED, EXIT_STOPPED, CliError
 from durable_agent.cli.reconnect import is_outage, riding_out
 from durable_agent.cli.sessions import new_session_id, query_workflow_id
+from durable_agent.cli.stalls import Stall, described
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import (
     ProgressEvent,
@@ -174,29 +174,22 @@ async def watch(
     """Print the prompt's progress events until `outcome` is ready (None if the user detached);
     `on_events` gets the new events, and when something starts waiting for an answer (a call
     for approval, an event for the SDK's hook callbacks) `on_approval` asks about it. After
-    STALL_SECONDS without an event, what `stalls()` says the prompt waits for is shown (each
-    kind of wait once), so a wait after an outage is never silent."""
+    `idle_seconds` without an event, what `stalls()` (by default: the child's description)
+    says the prompt waits for is shown, so a wait after an outage is never silent."""
     result = asyncio.ensure_future(outcome)
     stop = asyncio.ensure_future(detached.wait())
     since = 0
     loop = asyncio.get_running_loop()
-    started = quiet_since = loop.time()
+    started = loop.time()
     hinted = False
-    said: set[str] = set()
+    stall = Stall(started, stalls or described(child))
     try:
         while True:
             done = result.done()
             since, events = await _show_events(child, console, since)
             if events and on_events is not None:
                 await on_events(events)
-            if events:
-                quiet_since = loop.time()
-            elif stalls is not None and loop.time() - quiet_since > STALL_SECONDS:
-                quiet_since = loop.time()
-                for line in await stalls():
-                    if (kind := re.sub(r"\d+", "#", line)) not in said:
-                        said.add(kind)
-                        console.info(f"waiting for: {line}")
+            await stall.say(console, bool(events), idle_seconds)
             asks = any(e.kind in (ProgressKind.APPROVAL, ProgressKind.HOOK) for e in events)
             if asks and on_approval is not None:
                 await on_approval()
@@ -224,8 +217,6 @@ async def watch(
 QUERY_TIMEOUT = timedelta(seconds=5)
 """A progress query no worker answers (the worker is gone, or its task is lost in an outage)
 would hold the watch for the server's 30 s and the client's retries of it."""
-STALL_SECONDS = 15.0
-"""A prompt with no progress event for this long is asked what it waits for."""
 
 
 async def _started(child: WorkflowHandle[Any, Any]) -> bool:

@@ -188,6 +188,18 @@ def matcher_accepts(matcher: str | None, target: str | None) -> bool:
         return matcher == target
 
 
+def matcher_problem(matcher: str | None) -> str | None:
+    """Why `matcher` can never work as `matcher_accepts` reads it (a regular expression that
+    does not compile), else None: for settings validation."""
+    if matcher is None or matcher in ("", "*") or _EXACT.fullmatch(matcher):
+        return None
+    try:
+        re.compile(matcher)
+    except re.error as exc:
+        return f"not a valid regular expression: {exc}"
+    return None
+
+
 def hooks_for(
     hooks: Mapping[str, Any] | None, event: str, target: str | None, source: str = ""
 ) -> list[HookCommandSpec]:

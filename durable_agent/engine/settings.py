@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from durable_agent.engine.hooks import MATCHER_FIELDS, matcher_problem
 from durable_agent.engine.permissions import (
     PermissionContext,
     PermissionMode,
@@ -180,11 +181,27 @@ def validate_layer(data: object, where: str) -> dict[str, Any]:
         raise SettingsError(f"{where}: `{key}`: {msg} (got {_describe(got)})") from None
     for event, groups in settings.hooks.items():
         for g, group in enumerate(groups):
-            for h, handler in enumerate(group.hooks):
-                if handler.type == "command" and not (handler.command or "").strip():
-                    key = f"hooks.{event}[{g}].hooks[{h}].command"
-                    raise SettingsError(f"{where}: `{key}` is required for a command hook")
+            _check_hook_group(group, f"hooks.{event}[{g}]", event in MATCHER_FIELDS, where)
     return data
+
+
+def _check_hook_group(group: HookGroup, key: str, has_matcher: bool, where: str) -> None:
+    """What the shape check lets through but would never work: a matcher that does not
+    compile (it would match nothing), a command hook without a command, a timeout of zero or
+    less."""
+    problem = matcher_problem(group.matcher) if has_matcher else None
+    if problem:
+        raise SettingsError(f"{where}: `{key}.matcher`: {problem} (got {_describe(group.matcher)})")
+    for h, handler in enumerate(group.hooks):
+        if handler.type == "command" and not (handler.command or "").strip():
+            raise SettingsError(
+                f"{where}: `{key}.hooks[{h}].command` is required for a command hook"
+            )
+        if handler.timeout is not None and not handler.timeout > 0:
+            raise SettingsError(
+                f"{where}: `{key}.hooks[{h}].timeout`: must be a positive number of seconds "
+                f"(got {handler.timeout:g})"
+            )
 
 
 def _key(value: object) -> str:
