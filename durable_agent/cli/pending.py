@@ -58,7 +58,7 @@ def describe_activity(
     name = summary or STEP_NAMES.get(info.activity_type.name, info.activity_type.name)
     attempt = f"attempt {info.attempt}" if info.attempt > 1 else "first attempt"
     failure = (
-        info.last_failure.message.strip().splitlines()[0][:160] if info.last_failure.message else ""
+        info.last_failure.message.strip().splitlines()[0][:400] if info.last_failure.message else ""
     )
     if info.paused:
         return f"{name}: paused ({attempt}); unpause it in the Temporal UI or CLI"
