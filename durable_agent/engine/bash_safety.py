@@ -170,11 +170,15 @@ def _split(segment: str) -> list[str] | None:
     return None if segment[end:].strip(" \t") else words
 
 
-@functools.lru_cache(maxsize=64)
 def is_read_only_command(command: str) -> bool:
-    """True only for a pipeline of table-approved programs with no redirection or chaining.
-    Cached: a call is classified more than once (concurrency, read-only, early and final)."""
-    if len(command) > MAX_CHECKED_CHARS or any(token in command for token in FORBIDDEN):
+    """True only for a pipeline of table-approved programs with no redirection or chaining."""
+    return len(command) <= MAX_CHECKED_CHARS and _read_only(command)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_only(command: str) -> bool:
+    # Cached: one call is classified more than once (may it run concurrently, is it read-only).
+    if any(token in command for token in FORBIDDEN):
         return False
     segments = [_split(part) for part in command.split("|")]
     return all(words is not None and _segment_reads_only(words) for words in segments)

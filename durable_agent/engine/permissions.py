@@ -13,6 +13,10 @@ own path; the sandbox (not this module) is what holds against that.
 
 Where the docs leave a detail open the SAFER reading is chosen; each such choice is marked
 "Safer reading:" below.
+
+Checking a Bash command takes time linear in its length: one longer than MAX_CHECKED_CHARS is not
+parsed (`_eval_long_bash`), and one whose analysis would cost more than a fixed multiple of its
+length (`_Work`) counts as unparseable.
 """
 
 from __future__ import annotations
@@ -676,7 +680,7 @@ class _BashPattern:
         return True
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=128)
 def _bash_pattern(spec: str) -> _BashPattern:
     spec = re.sub(r"\s+", " ", spec.strip())
     if spec.endswith(":*"):
