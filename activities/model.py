@@ -323,6 +323,8 @@ class ModelActivities:
         self._keepalive = True
         self._received: dict[tuple[str, str], anthropic.types.Message] = {}
         """Answers streamed but not yet stored: a retry stores them without calling the API."""
+        self._described: dict[tuple[str, str], ToolCall] = {}
+        """Tool calls described for the early signal, reused for the answer (a few at most)."""
 
     async def client(self, refresh_key: bool = False) -> anthropic.AsyncAnthropic:
         """The client, built off the event loop with the current key (settings read,
@@ -467,12 +469,13 @@ class ModelActivities:
         del self._received[key]
         _record_usage(span, final)
         tool_results = await self._finish_in_step(req, message, in_step)
+        tool_calls = [await self._describe(req, b, last=True) for b in message.tool_uses()]
         return CallModelOutput(
             assistant_uuid=req.assistant_uuid,
             stop_reason=final.stop_reason,
             usage=usage,
             text=message.text()[:TEXT_PREVIEW_CHARS],
-            tool_calls=[_tool_call(b.id, b.name, b.input, req) for b in message.tool_uses()],
+            tool_calls=tool_calls,
             model=final.model or req.request.model,
             attempt=info.attempt,
             tool_results=tool_results,
@@ -535,10 +538,25 @@ class ModelActivities:
         ready = ToolReady(
             call_id=req.assistant_uuid,
             attempt=info.attempt,
-            call=_tool_call(block.id, block.name, block.input, req),
+            call=await self._describe(req, block),
         )
         handle = self.temporal.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
         await handle.signal(Signals.TOOL_USE_READY, ready)
+
+    async def _describe(
+        self, req: CallModelInput, block: ToolUseBlock, last: bool = False
+    ) -> ToolCall:
+        """`_tool_call` once per tool_use, in a thread: checking a long Bash command against the
+        permission rules is CPU work that the heartbeats and other sessions must not wait on."""
+        key = (req.assistant_uuid, block.id)
+        call = self._described.pop(key, None)
+        if call is None:
+            call = await off_loop(_tool_call, block.id, block.name, block.input, req)
+        if not last:
+            self._described[key] = call
+            while len(self._described) > 64:  # those of attempts that failed before the answer
+                del self._described[next(iter(self._described))]
+        return call
 
     async def _stream(
         self,

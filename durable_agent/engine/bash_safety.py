@@ -6,16 +6,30 @@ A command is read-only when it is a pipeline (`|`) of segments, each a program i
 whose arguments its rule accepts; no redirection, chaining, background job, substitution or
 variable assignment. Wrappers (`env`, `nice`, `timeout`, `xargs`, `sudo`, `command`, …) are not in
 the table: they run another program, so they never make a command read-only.
+
+The check is linear in the command's length, and a command longer than `MAX_CHECKED_CHARS` is
+not looked at: it is a side effect.
 """
 
 from __future__ import annotations
 
-import shlex
+import functools
+import re
 from collections.abc import Callable
 
 Rule = Callable[[list[str]], bool]
 
 FORBIDDEN = (";", "&", ">", "<", "`", "$(", "\n", "||", "\\")
+
+MAX_CHECKED_CHARS = 64 * 1024
+"""Longer commands are not analysed (here, or against permission rules): no read-only command
+needs that much text, and checking it would only cost time."""
+
+# A word of a segment: unquoted text (not a bash blank), '...' and "..." run together, as
+# shlex.split reads them once FORBIDDEN is ruled out (no backslash, `$(`, backtick). One
+# character or one quoted string per step: no nested quantifier, no backtracking.
+_WORD = re.compile(r"""(?:[^ \t'"]|'[^']*'|"[^"]*")+""")
+_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
 
 
 def _any(args: list[str]) -> bool:
@@ -144,12 +158,27 @@ def _segment_reads_only(words: list[str]) -> bool:
     return rule is not None and rule(words[1:])
 
 
+def _split(segment: str) -> list[str] | None:
+    """The words of one pipeline segment after quote removal; None for an unbalanced quote."""
+    words: list[str] = []
+    end = 0
+    for m in _WORD.finditer(segment):
+        if segment[end : m.start()].strip(" \t"):
+            return None  # skipped text: a quote with no closing one
+        words.append(_QUOTED.sub(lambda q: q.group(1) or q.group(2) or "", m.group()))
+        end = m.end()
+    return None if segment[end:].strip(" \t") else words
+
+
 def is_read_only_command(command: str) -> bool:
     """True only for a pipeline of table-approved programs with no redirection or chaining."""
+    return len(command) <= MAX_CHECKED_CHARS and _read_only(command)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_only(command: str) -> bool:
+    # Cached: one call is classified more than once (may it run concurrently, is it read-only).
     if any(token in command for token in FORBIDDEN):
         return False
-    try:
-        segments = [shlex.split(part) for part in command.split("|")]
-    except ValueError:
-        return False
-    return all(_segment_reads_only(words) for words in segments)
+    segments = [_split(part) for part in command.split("|")]
+    return all(words is not None and _segment_reads_only(words) for words in segments)

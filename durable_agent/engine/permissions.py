@@ -13,10 +13,15 @@ own path; the sandbox (not this module) is what holds against that.
 
 Where the docs leave a detail open the SAFER reading is chosen; each such choice is marked
 "Safer reading:" below.
+
+Checking a Bash command takes time linear in its length: one longer than MAX_CHECKED_CHARS is not
+parsed (`_eval_long_bash`), and one whose analysis would cost more than a fixed multiple of its
+length (`_Work`) counts as unparseable.
 """
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterable
@@ -26,6 +31,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
+
+from durable_agent.engine.bash_safety import MAX_CHECKED_CHARS
 
 
 class PermissionMode(StrEnum):
@@ -169,6 +176,26 @@ class ShellParseError(ValueError):
     pass
 
 
+class TooComplex(ShellParseError):
+    """The command would take more work to check than its length warrants (deeply nested
+    substitutions, wrappers around thousands of words): it is checked as unparseable."""
+
+
+class _Work:
+    """What one command's analysis may still scan (characters of text, parsed or matched):
+    a fixed multiple of the command's length, so that checking it stays linear."""
+
+    FACTOR, BASE = 16, 1 << 20
+
+    def __init__(self, command: str) -> None:
+        self.left = self.FACTOR * len(command) + self.BASE
+
+    def spend(self, chars: int) -> None:
+        self.left -= chars
+        if self.left < 0:
+            raise TooComplex("the command is too complex to check against the permission rules")
+
+
 @dataclass
 class Word:
     value: str
@@ -203,19 +230,26 @@ _KEYWORDS = frozenset(
 )
 _SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _MAX_DEPTH = 8
+_FD = re.compile(r"\s*(\d+-?|-)")
+# Characters that are only themselves inside a word (see _read_word): read in one step.
+_PLAIN = re.compile(r"[^ \t\n&|;()<>\\'\"$`*?\[{]+")
+_PLAIN_QUOTED = re.compile(r'[^"\\$`]+')
 
 
-def split_command(command: str, _depth: int = 0) -> list[Part]:
+def split_command(command: str, _depth: int = 0, work: _Work | None = None) -> list[Part]:
     """Every simple command in `command`: split at `&&`, `||`, `;`, `|`, `&`, newlines and
     subshell parentheses, with the bodies of `$(...)`, backticks and `<(...)` / `>(...)` as parts
     of their own. Quotes are respected (a `;` inside quotes is an argument). ShellParseError for
     unbalanced quotes or parentheses.
 
     Heredoc bodies are not recognised: their lines are read as commands, which can only make a
-    deny or ask rule match more, never allow more.
+    deny or ask rule match more, never allow more. TooComplex when the work (`work`, shared by
+    the whole command) runs out.
     """
     if _depth > _MAX_DEPTH:
         raise ShellParseError("command substitutions nested too deep")
+    work = work or _Work(command)
+    work.spend(len(command))
     parts: list[Part] = []
     cur = Part()
     pending_redirect: str | None = None
@@ -242,29 +276,30 @@ def split_command(command: str, _depth: int = 0) -> list[Part]:
             i += 1
             continue
         if c == "#":  # a comment runs to the end of the line
-            while i < n and command[i] != "\n":
-                i += 1
+            i = command.find("\n", i)
+            i = n if i < 0 else i
             continue
-        op = next((o for o in _REDIRECTS if command.startswith(o, i)), None)
+        special = c in "<>&|;()"
+        op = next((o for o in _REDIRECTS if command.startswith(o, i)), None) if special else None
         if op is not None and not command.startswith("<(", i) and not command.startswith(">(", i):
             if pending_redirect is not None:
                 raise ShellParseError("redirection without a target")
             pending_redirect = op
             i += len(op)
             if op in (">&", "<&"):  # `2>&1`: a descriptor, not a file
-                m = re.match(r"\s*(\d+-?|-)", command[i:])
+                m = _FD.match(command, i)
                 if m:
-                    i += m.end()
+                    i = m.end()
                     pending_redirect = None
             continue
-        op = next((o for o in _OPERATORS if command.startswith(o, i)), None)
+        op = next((o for o in _OPERATORS if command.startswith(o, i)), None) if special else None
         if op is not None:
             if pending_redirect is not None:
                 raise ShellParseError("redirection without a target")
             end_part()
             i += len(op)
             continue
-        word, i, subs = _read_word(command, i, _depth)
+        word, i, subs = _read_word(command, i, _depth, work)
         parts.extend(subs)
         if pending_redirect is not None:
             if pending_redirect in ("<<", "<<<"):
@@ -280,12 +315,16 @@ def split_command(command: str, _depth: int = 0) -> list[Part]:
         cur.words.append(word)
     end_part()
     for part in parts:
-        while part.words and part.words[0].value in _KEYWORDS and not part.words[0].dynamic:
-            part.words.pop(0)
+        k = 0
+        while (
+            k < len(part.words) and part.words[k].value in _KEYWORDS and not part.words[k].dynamic
+        ):
+            k += 1
+        del part.words[:k]
     return [p for p in parts if p.words or p.writes or p.reads]
 
 
-def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
+def _read_word(s: str, i: int, depth: int, work: _Work) -> tuple[Word, int, list[Part]]:
     """One shell word from s[i]; returns it, the index after it, and the parts of any command
     substitution inside it."""
     start, n = i, len(s)
@@ -294,8 +333,13 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
     brace = False
     subs: list[Part] = []
     while i < n:
+        plain = _PLAIN.match(s, i)
+        if plain:
+            value.append(plain.group())
+            i = plain.end()
+            continue
         c = s[i]
-        if c in " \t\n" or any(s.startswith(o, i) for o in _OPERATORS):
+        if c in " \t\n&|;()":  # a blank, or the first character of every operator
             break
         if c in "<>" and not s.startswith("<(", i) and not s.startswith(">(", i):
             break
@@ -316,6 +360,11 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
             while True:
                 if i >= n:
                     raise ShellParseError("unbalanced double quote")
+                plain = _PLAIN_QUOTED.match(s, i)
+                if plain:
+                    value.append(plain.group())
+                    i = plain.end()
+                    continue
                 c = s[i]
                 if c == '"':
                     i += 1
@@ -326,19 +375,19 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
                     continue
                 if s.startswith("$((", i):
                     body, i = _balanced(s, i + 1)
-                    subs.extend(_arithmetic(body, depth + 1))
+                    subs.extend(_arithmetic(body, depth + 1, work))
                     value.append(f"$({body})")
                     dynamic = True
                     continue
                 if c == "$" and s.startswith("$(", i):
                     body, i = _balanced(s, i + 1)
-                    subs.extend(split_command(body, depth + 1))
+                    subs.extend(split_command(body, depth + 1, work))
                     value.append(f"$({body})")
                     dynamic = True
                     continue
                 if c == "`":
                     body, i = _backtick(s, i)
-                    subs.extend(split_command(body, depth + 1))
+                    subs.extend(split_command(body, depth + 1, work))
                     value.append(f"`{body}`")
                     dynamic = True
                     continue
@@ -349,19 +398,19 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
             continue
         if c == "$" and s.startswith("$(", i) and not s.startswith("$((", i):
             body, i = _balanced(s, i + 1)
-            subs.extend(split_command(body, depth + 1))
+            subs.extend(split_command(body, depth + 1, work))
             value.append(f"$({body})")
             dynamic = True
             continue
         if c in "<>" and s.startswith("(", i + 1):  # process substitution
             body, i = _balanced(s, i + 1)
-            subs.extend(split_command(body, depth + 1))
+            subs.extend(split_command(body, depth + 1, work))
             value.append(f"{c}({body})")
             dynamic = True
             continue
         if c == "`":
             body, i = _backtick(s, i)
-            subs.extend(split_command(body, depth + 1))
+            subs.extend(split_command(body, depth + 1, work))
             value.append(f"`{body}`")
             dynamic = True
             continue
@@ -371,7 +420,9 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
             close = "}" if s[i + 1] == "{" else ")"
             body, i = _balanced(s, i + 1, "{" if close == "}" else "(")
             subs.extend(
-                _substitutions(body, depth + 1) if close == "}" else _arithmetic(body, depth + 1)
+                _substitutions(body, depth + 1, work)
+                if close == "}"
+                else _arithmetic(body, depth + 1, work)
             )
             value.append(f"${{{body}}}" if close == "}" else f"$({body})")
             dynamic = True
@@ -390,12 +441,14 @@ def _read_word(s: str, i: int, depth: int) -> tuple[Word, int, list[Part]]:
     return Word("".join(value), raw, dynamic), i, subs
 
 
-def _arithmetic(body: str, depth: int) -> list[Part]:
+def _arithmetic(body: str, depth: int, work: _Work) -> list[Part]:
     """`$((body))`: the substitutions inside it, and (Safer reading) the body read as commands
     for deny and ask rules, since bash may take `$((cmd) ...)` as a command substitution."""
-    parts = _substitutions(body, depth)
+    parts = _substitutions(body, depth, work)
     try:
-        extra = split_command(body, depth + 1)
+        extra = split_command(body, depth + 1, work)
+    except TooComplex:
+        raise
     except ShellParseError:
         extra = []
     for part in extra:
@@ -403,8 +456,11 @@ def _arithmetic(body: str, depth: int) -> list[Part]:
     return parts + extra
 
 
-def _substitutions(body: str, depth: int) -> list[Part]:
+def _substitutions(body: str, depth: int, work: _Work) -> list[Part]:
     """The parts of every `$(...)` and `...` inside an expansion's body."""
+    if depth > _MAX_DEPTH:
+        raise ShellParseError("expansions nested too deep")
+    work.spend(len(body))
     parts: list[Part] = []
     j = 0
     while j < len(body):
@@ -418,16 +474,16 @@ def _substitutions(body: str, depth: int) -> list[Part]:
             j = k + 1
         elif body.startswith("$((", j):
             inner, j = _balanced(body, j + 1)
-            parts.extend(_arithmetic(inner, depth + 1))
+            parts.extend(_arithmetic(inner, depth + 1, work))
         elif body.startswith("${", j):
             inner, j = _balanced(body, j + 1, "{")
-            parts.extend(_substitutions(inner, depth + 1))
+            parts.extend(_substitutions(inner, depth + 1, work))
         elif body.startswith("$(", j):
             inner, j = _balanced(body, j + 1)
-            parts.extend(split_command(inner, depth + 1))
+            parts.extend(split_command(inner, depth + 1, work))
         elif c == "`":
             inner, j = _backtick(body, j)
-            parts.extend(split_command(inner, depth + 1))
+            parts.extend(split_command(inner, depth + 1, work))
         else:
             j += 1
     return parts
@@ -500,34 +556,36 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 def _strip_allow_wrappers(words: list[Word]) -> list[Word] | None:
     """`words` without the documented wrappers in front (`timeout 5 `, `nice -n 5 `, ...);
     None when a wrapper's arguments are not the plain documented forms."""
-    ws = list(words)
-    changed = False
-    while ws and ws[0].value in _ALLOW_WRAPPERS and not ws[0].dynamic:
-        name = ws.pop(0).value
-        while ws and ws[0].value.startswith("-"):
-            opt = ws.pop(0).value
+    i, n = 0, len(words)
+    while i < n and words[i].value in _ALLOW_WRAPPERS and not words[i].dynamic:
+        name = words[i].value
+        i += 1
+        while i < n and words[i].value.startswith("-"):
+            opt = words[i].value
+            i += 1
             takes_arg = (name == "nice" and opt == "-n") or (
                 name == "stdbuf" and opt in ("-i", "-o", "-e")
             )
             takes_arg = takes_arg or (name == "timeout" and opt in ("-s", "-k", "--signal"))
             if takes_arg:
-                if not ws:
+                if i >= n:
                     return None
-                ws.pop(0)
+                i += 1
         if name == "timeout":
-            if not ws or not re.fullmatch(r"\d+(\.\d+)?[smhd]?", ws[0].value):
+            if i >= n or not re.fullmatch(r"\d+(\.\d+)?[smhd]?", words[i].value):
                 return None
-            ws.pop(0)
-        changed = True
-        if not ws:
+            i += 1
+        if i >= n:
             return None
-    return ws if changed else None
+    return words[i:] if i else None
 
 
-def _deny_views(words: list[Word], depth: int = 0) -> list[list[Word]]:
+def _deny_views(words: list[Word], work: _Work, depth: int = 0) -> list[list[Word]]:
     """Every command a deny/ask rule should be tried against for this part: the part itself and,
     through assignments, wrappers (every later word may start the real command: over-matching a
-    deny is the safer error), `sh -c SCRIPT`, `eval ...` and `find -exec`."""
+    deny is the safer error), `sh -c SCRIPT`, `eval ...` and `find -exec`. The views' text is
+    paid for from `work` (wrappers around many words would make it quadratic)."""
+    work.spend(_chars(words))
     views: list[list[Word]] = [words]
     if depth > _MAX_DEPTH:
         return views
@@ -542,6 +600,7 @@ def _deny_views(words: list[Word], depth: int = 0) -> list[list[Word]]:
         if i >= len(words):
             return
         ws = words[i:]
+        work.spend(_chars(ws))
         if i:
             views.append(ws)
         head = posixpath.basename(ws[0].value)
@@ -559,56 +618,108 @@ def _deny_views(words: list[Word], depth: int = 0) -> list[list[Word]]:
                     scripts.append(ws[k + 1].value)
         for script in scripts:
             try:
-                for part in split_command(script, depth + 1):
-                    views.extend(_deny_views(part.words, depth + 1))
+                for part in split_command(script, depth + 1, work):
+                    views.extend(_deny_views(part.words, work, depth + 1))
+            except TooComplex:
+                raise
             except ShellParseError:
                 views.append([Word("<unparseable>", "<unparseable>", True)])
         if head == "find":
             for k, w in enumerate(ws):
                 if w.value in ("-exec", "-execdir", "-ok", "-okdir") and k + 1 < len(ws):
-                    tail = ws[k + 1 :]
-                    end = next((j for j, t in enumerate(tail) if t.value in (";", "+")), len(tail))
-                    views.extend(_deny_views(tail[:end], depth + 1))
+                    end = next(
+                        (j for j in range(k + 1, len(ws)) if ws[j].value in (";", "+")), len(ws)
+                    )
+                    views.extend(_deny_views(ws[k + 1 : end], work, depth + 1))
 
     visit(0)
     return views
 
 
-def _bash_pattern(spec: str) -> re.Pattern[str]:
-    """Docs: `cmd:*` is a prefix that ends at a word boundary (`npm:*` matches `npm` and
+def _chars(words: list[Word]) -> int:
+    return sum(len(w.raw) + 1 for w in words)
+
+
+@dataclass(frozen=True)
+class _BashPattern:
+    """A Bash rule's specifier, matched in linear time (a regex of several `.*` backtracks
+    without bound on a long command that does not match).
+
+    Docs: `cmd:*` is a prefix that ends at a word boundary (`npm:*` matches `npm` and
     `npm test`, not `npmx`); `*` matches any run of characters, spaces included (`ls *` matches
     `ls -la` but not `lsof`; `ls*` matches both); a single trailing ` *` may also match nothing
     (`ls *` matches `ls`)."""
+
+    pieces: tuple[str, ...]
+    """The literal text between the `*`s (one piece: the whole text, literally)."""
+    word_prefix: str | None = None
+    """Set for `prefix:*` and `prefix *` (or `prefix` alone)."""
+    prefix: str | None = None
+    """Set for a prefix that ends in punctuation (`curl http://site.com/:*`)."""
+
+    def fullmatch(self, text: str) -> bool:
+        if self.word_prefix is not None:
+            return text == self.word_prefix or text.startswith(self.word_prefix + " ")
+        if self.prefix is not None:
+            return text.startswith(self.prefix)
+        if len(self.pieces) == 1:
+            return text == self.pieces[0]
+        first, *middle, last = self.pieces
+        if len(text) < len(first) + len(last):
+            return False
+        if not (text.startswith(first) and text.endswith(last)):
+            return False
+        # The middle pieces in order, each as early as it can be: if any placement fits before
+        # the last piece, the leftmost one does.
+        at, stop = len(first), len(text) - len(last)
+        for piece in middle:
+            found = text.find(piece, at, stop)
+            if found < 0:
+                return False
+            at = found + len(piece)
+        return True
+
+
+@functools.lru_cache(maxsize=128)
+def _bash_pattern(spec: str) -> _BashPattern:
     spec = re.sub(r"\s+", " ", spec.strip())
     if spec.endswith(":*"):
         # The boundary applies after a word character (`npm:*` is not `npmx`); a prefix that
         # ends in punctuation is plain (docs: `curl http://site.com/:*` matches
         # `curl http://site.com/page`).
         prefix = spec[:-2]
-        tail = r"(?: .*)?" if re.search(r"\w$", prefix) else ".*"
-        return re.compile(re.escape(prefix) + tail, re.DOTALL)
+        if re.search(r"\w$", prefix):
+            return _BashPattern((), word_prefix=prefix)
+        return _BashPattern((), prefix=prefix)
     pieces = spec.split("*")
     if len(pieces) == 2 and pieces[1] == "" and pieces[0].endswith(" "):
-        return re.compile(re.escape(pieces[0][:-1]) + r"(?: .*)?", re.DOTALL)
-    return re.compile(".*".join(re.escape(p) for p in pieces), re.DOTALL)
+        return _BashPattern((), word_prefix=pieces[0][:-1])
+    return _BashPattern(tuple(pieces))
 
 
-def _bash_rule_matches(rule: Rule, views: Iterable[list[Word]], for_allow: bool = False) -> bool:
-    """Matched against the words as written and after quote removal (`"rm" x` is `rm x`). For an
-    allow rule the unquoted form counts only when no word holds a space (`git "diff && rm"` is
-    one word, and must not read as the text `git diff && rm`)."""
-    if rule.specifier is None:
-        return True
-    pattern = _bash_pattern(rule.specifier)
+def _view_texts(views: Iterable[list[Word]], for_allow: bool = False) -> list[str]:
+    """The texts rules are matched against: the words as written and after quote removal
+    (`"rm" x` is `rm x`). For an allow rule the unquoted form counts only when no word holds a
+    space (`git "diff && rm"` is one word, and must not read as the text `git diff && rm`)."""
+    texts: list[str] = []
     for words in views:
         if not words:
             continue
-        texts = [" ".join(w.raw for w in words)]
-        if not for_allow or not any(re.search(r"\s", w.value) for w in words):
+        texts.append(" ".join(w.raw for w in words))
+        if not for_allow or not any(_SPACE.search(w.value) for w in words):
             texts.append(" ".join(w.value for w in words))
-        if any(pattern.fullmatch(t) for t in texts):
-            return True
-    return False
+    return texts
+
+
+_SPACE = re.compile(r"\s")
+
+
+def _bash_rule_matches(rule: Rule, texts: list[str]) -> bool:
+    """`texts` from _view_texts."""
+    if rule.specifier is None:
+        return True
+    pattern = _bash_pattern(rule.specifier)
+    return any(pattern.fullmatch(t) for t in texts)
 
 
 # --------------------------------------------------------------------------- paths
@@ -874,14 +985,22 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
     ask = _rules_for("Bash", rs.ask)
     allow = _rules_for("Bash", rs.allow)
     scoped_guard = any(r.specifier is not None for r in deny + ask)
+    too_long = len(command) > MAX_CHECKED_CHARS
+    shown = f"{command[:60]}… ({len(command):,} characters)" if too_long else command
     whole = _first(deny, lambda r: r.specifier is None)
     if whole:
-        ev.deny = (whole, command)
+        ev.deny = (whole, shown)
     whole = _first(ask, lambda r: r.specifier is None)
     if whole:
-        ev.ask = (whole, command)
+        ev.ask = (whole, shown)
+    if too_long:
+        _eval_long_bash(len(command), shown, ctx, ev, scoped_guard)
+        return
     try:
-        parts = split_command(command)
+        work = _Work(command)
+        parts = split_command(command, work=work)
+        # What deny and ask rules see of each part (only needed when there are such rules).
+        deny_views = [_deny_views(p.words, work) if p.words and scoped_guard else [] for p in parts]
     except ShellParseError as e:
         # Unparseable: no scoped rule can be checked. Only a whole-tool `Bash` allow rule can
         # allow it, and only when no scoped deny/ask rule exists that it might have matched.
@@ -905,12 +1024,12 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
     # ask rules on Write/Edit paths still apply); a scoped rule (`Bash(echo:*)`) does not allow
     # writing a file: that takes an Edit/Write rule, or acceptEdits inside the workspace.
     whole_allow = _first(allow, lambda r: r.specifier is None)
-    for part in parts:
+    for part, views in zip(parts, deny_views, strict=True):
         text = part.text() or command
-        views = _deny_views(part.words) if part.words else []
+        texts = _view_texts(views)
         for lst, slot in ((deny, "deny"), (ask, "ask")):
             if getattr(ev, slot) is None:
-                r = _first(lst, lambda r, v=views: r.specifier and _bash_rule_matches(r, v))
+                r = _first(lst, lambda r, t=texts: r.specifier and _bash_rule_matches(r, t))
                 if r is not None:
                     setattr(ev, slot, (r, text))
         # Redirections: `> file` writes (Edit rules), `< file` reads (Read rules).
@@ -970,7 +1089,8 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
         if part.words[0].dynamic:  # `$CMD args`: only a whole-tool `Bash` rule allows it
             r = _first(allow, lambda r: r.specifier is None)
         else:
-            r = _first(allow, lambda r, v=allow_views: _bash_rule_matches(r, v, True))
+            texts = _view_texts(allow_views, for_allow=True)
+            r = _first(allow, lambda r, t=texts: _bash_rule_matches(r, t))
         if r is not None:
             allow_rules.append(r)
         elif accept_all and _accept_edits_part(part, ctx):
@@ -988,6 +1108,33 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
     if ev.allow is not None and not ev.allow and ev.mode_allows is None:
         ev.allow = None  # an empty command: nothing allowed it
         ev.not_allowed = command
+
+
+def _eval_long_bash(
+    length: int, shown: str, ctx: PermissionContext, ev: _Eval, scoped_guard: bool
+) -> None:
+    """A command longer than MAX_CHECKED_CHARS is not parsed, so no scoped rule can be tried on
+    it. When a scoped Bash deny/ask rule (or a Read/Edit rule its redirections might meet) exists,
+    it asks; otherwise only a whole-tool `Bash` allow rule, or the mode, allows it."""
+    rs = ctx.rules
+    if (
+        scoped_guard
+        or _rules_for("Write", rs.deny + rs.ask)
+        or _rules_for("Read", rs.deny + rs.ask)
+    ):
+        ev.unsure = (
+            f"the command is too long to check against the permission rules ({length:,} "
+            f"characters; the limit is {MAX_CHECKED_CHARS:,})"
+        )
+        ev.not_allowed = shown
+        return
+    w = _first(_rules_for("Bash", rs.allow), lambda r: r.specifier is None)
+    if w is not None:
+        ev.allow = [w]
+        return
+    ev.not_allowed = shown
+    if ctx.sandboxed and ctx.auto_allow_bash_if_sandboxed:
+        ev.mode_allows = "the sandbox is on and autoAllowBashIfSandboxed is set"
 
 
 def _host(url: str) -> str:
