@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.credentials import Credentials, CredentialsError
 from activities.heartbeat import heartbeating
+from activities.tools.links import resolved_check
 from activities.tools.registry import IN_STEP_TOOLS, run_in_step
 from activities.transcript import (
     StoreError,
@@ -57,7 +58,7 @@ from durable_agent.engine.errors import (
 )
 from durable_agent.engine.hooks import callbacks_for, hooks_for
 from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, Usage
-from durable_agent.engine.permissions import Behavior, PermissionMode, check
+from durable_agent.engine.permissions import Behavior, PermissionMode
 from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, ModelCallConfig
 from durable_agent.engine.tool_hooks import TOOL_EVENTS
@@ -665,7 +666,7 @@ def _withheld(req: CallModelInput, decision: ErrorDecision) -> CallModelOutput:
 
 def _permission(req: CallModelInput, name: str, raw: dict[str, Any]) -> Behavior | None:
     ctx = req.config.permissions
-    return None if ctx is None else check(name, raw, ctx).behavior
+    return None if ctx is None else resolved_check(name, raw, ctx).behavior
 
 
 RAW_STREAM_EVENTS = frozenset(
@@ -715,7 +716,7 @@ def _tool_call(tool_id: str, name: str, raw: dict[str, Any], req: CallModelInput
     the rules and mode decided (the input travels along only when the call is not allowed, or
     when hooks will be given it)."""
     ctx = req.config.permissions
-    decision = None if ctx is None else check(name, raw, ctx)
+    decision = None if ctx is None else resolved_check(name, raw, ctx)  # links followed
     permission_input = None
     if (decision is not None and decision.behavior != Behavior.ALLOW) or _hooked(req, name):
         permission_input = raw

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-import activities.model as model_module
+import activities.tools.links as links_module
 from activities.model import ModelActivities
 from activities.transcript import TranscriptStore
 from durable_agent.engine.permissions import Behavior, PermissionContext
@@ -28,14 +28,14 @@ async def test_checks_run_off_the_loop_once_per_call(
     store: TranscriptStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checked: list[str] = []
-    check = model_module.check
+    check = links_module.check
 
     def slow_check(name: str, raw: dict[str, Any], ctx: PermissionContext) -> Any:
         checked.append(raw["command"])
         time.sleep(SLOW)
         return check(name, raw, ctx)
 
-    monkeypatch.setattr(model_module, "check", slow_check)
+    monkeypatch.setattr(links_module, "check", slow_check)  # what the model step calls
     calls = [("b1", "Bash", {"command": "echo one"}), ("b2", "Bash", {"command": "rm two"})]
     ctx = PermissionContext(cwd=str(tmp_path), home=str(tmp_path))
     req = call_input(tmp_path).model_copy(update={"config": ModelCallConfig(permissions=ctx)})

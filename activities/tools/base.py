@@ -39,6 +39,9 @@ class Workspace:
     """Paths no search may show (a `Read(...)` deny rule covers them), by absolute path."""
     extra_roots: tuple[Path, ...] = ()
     """More folders the tools may work in, as in the workspace (`--add-dir`)."""
+    judge: Callable[[str, str], str | None] | None = None
+    """Why the call may not use a path that leads elsewhere (given, resolved), or None: the
+    permission rules applied to where a symbolic link leads, at the moment it is used."""
 
     @classmethod
     def open(
@@ -47,13 +50,14 @@ class Workspace:
         read_roots: tuple[Path, ...] = (),
         hidden: Callable[[str], bool] | None = None,
         extra_roots: tuple[str, ...] = (),
+        judge: Callable[[str, str], str | None] | None = None,
     ) -> Workspace:
         root = Path(raw).expanduser().resolve()
         if not root.is_dir():
             raise ToolError(f"workspace {raw} is not a directory")
         real = tuple(Path(os.path.realpath(r)) for r in read_roots)
         extra = tuple(Path(os.path.realpath(r)) for r in extra_roots)
-        return cls(root, real, hidden, extra)
+        return cls(root, real, hidden, extra, judge)
 
     def _inside(self, real: Path) -> bool:
         return any(real == r or real.is_relative_to(r) for r in (self.root, *self.extra_roots))
@@ -67,15 +71,35 @@ class Workspace:
         return self.resolve(raw)
 
     def resolve(self, raw: str) -> Path:
-        """Absolute path inside the workspace; `..` or symlinks that leave it are refused."""
+        """Absolute path inside the workspace; `..` or symlinks that leave it are refused, and
+        so is a link to where the permission rules would not let the call go (`judge`)."""
+        return self._resolved(raw)[1]
+
+    def resolve_writable(self, raw: str) -> Path:
+        """Like `resolve`, for writing: a path that is itself a symbolic link is refused, naming
+        its target (as Claude Code does); a link in a folder above it is judged by `resolve`."""
+        given, resolved = self._resolved(raw)
+        if os.path.islink(given):
+            raise ToolError(
+                f"Refusing to write {raw}: it is a symbolic link to {resolved}; "
+                f"name {self.display(resolved)} itself if that file is meant"
+            )
+        return resolved
+
+    def _resolved(self, raw: str) -> tuple[str, Path]:
+        """The path as given (absolute, normalised as the permission rules read it) and
+        with every link followed."""
         no_nul(raw, "path")
         candidate = Path(raw).expanduser()
         if not candidate.is_absolute():
             candidate = self.root / candidate
+        given = "/" + os.path.normpath(candidate).lstrip("/")
         resolved = Path(os.path.realpath(candidate))
         if not self._inside(resolved):
             raise ToolError(f"path {raw} is outside the workspace {self.root}; access refused")
-        return resolved
+        if self.judge is not None and (refusal := self.judge(given, str(resolved))) is not None:
+            raise ToolError(refusal)
+        return given, resolved
 
     def real_inside(self, path: Path | str) -> Path | None:
         """`path` with every symlink followed, or None when that lands outside the workspace

@@ -13,7 +13,7 @@ async def run_edit(args: EditInput, ws: Workspace) -> ToolOutput:
 
 
 def _edit(args: EditInput, ws: Workspace) -> ToolOutput:
-    path = ws.resolve(args.file_path)
+    path = ws.resolve_writable(args.file_path)
     shown = ws.display(path)
     if args.old_string == args.new_string:
         raise ToolError("old_string and new_string are the same; nothing to change")

@@ -4,10 +4,16 @@ A FIFO without a writer, a terminal or a socket would block the worker thread in
 for good (and `off_loop` waits for it even when cancelled), so anything else is refused from
 its `stat`, which never blocks; the open itself is non-blocking and checked again by `fstat`,
 so a FIFO swapped in meanwhile is refused too.
+
+The path given is already resolved and judged (`Workspace.resolve`), so no link may be
+followed on the way to it: its folder is opened and checked to be that very folder, then the
+name is opened in it with `O_NOFOLLOW`. A link swapped into the path after it was judged
+makes the call fail instead of leading elsewhere.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -56,15 +62,46 @@ def open_regular(path: Path, shown: str, write: bool = False) -> Iterator[Binary
     created when missing and emptied only once known to be regular."""
     flags = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     flags |= os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY
-    try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as exc:
-        raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
+    fd = _open_unlinked(path, shown, flags)
     with os.fdopen(fd, "wb" if write else "rb") as handle:
         check_regular(os.fstat(fd).st_mode, shown)
         if write:
             os.ftruncate(fd, 0)
         yield handle
+
+
+def _open_unlinked(path: Path, shown: str, flags: int) -> int:
+    """`path` opened with no symbolic link followed on the way (see the module docstring)."""
+    moved = (
+        f"{shown} changed while it was being opened (a symbolic link was put in its path); "
+        "nothing was read or written"
+    )
+    try:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
+    try:
+        if not _is_folder(folder, path.parent):
+            raise ToolError(moved)
+        try:
+            return os.open(path.name, flags, 0o666, dir_fd=folder)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ToolError(moved) from exc
+            raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
+    finally:
+        os.close(folder)
+
+
+def _is_folder(fd: int, expected: Path) -> bool:
+    """Whether the open folder `fd` is `expected` (a path with no link in it)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(expected)
+    except OSError:  # no /proc: the same inode is the next best answer
+        try:
+            return os.path.samestat(os.fstat(fd), os.stat(expected, follow_symlinks=False))
+        except OSError:
+            return False
 
 
 def read_regular(path: Path, shown: str) -> bytes:

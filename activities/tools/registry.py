@@ -22,6 +22,7 @@ from activities.tools.edit import run_edit
 from activities.tools.environment import RUN_TAG, SETTINGS_ENV, kill_tagged, session_tag_prefix
 from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
+from activities.tools.links import FILE_TOOLS, judged_at
 from activities.tools.read import run_read
 from activities.tools.sandbox import SandboxUnavailable, policy_for
 from activities.tools.write import run_write
@@ -35,7 +36,13 @@ from durable_agent.engine.contracts import (
     RunToolOutput,
 )
 from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
-from durable_agent.engine.permissions import PermissionContext, SandboxSpec, read_denied
+from durable_agent.engine.permissions import (
+    Behavior,
+    PermissionContext,
+    SandboxSpec,
+    check,
+    read_denied,
+)
 from durable_agent.engine.tools import TOOL_SPECS, BashInput, ToolName
 from durable_agent.names import Activities
 
@@ -78,10 +85,13 @@ async def execute_tool(
         args = spec.parse(raw_input)
     except ValidationError as exc:
         return ToolOutput(_validation_message(name, exc), is_error=True)
-    hidden = None if permissions is None else functools.partial(_hidden, ctx=permissions)
+    hidden = judge = None
+    if permissions is not None:
+        hidden = functools.partial(_hidden, ctx=permissions)
+        judge = functools.partial(_judge, name=name, raw=raw_input, ctx=permissions)
     try:
         extra = tuple(permissions.additional_directories) if permissions else ()
-        ws = await off_loop(Workspace.open, workspace, read_roots, hidden, extra)
+        ws = await off_loop(Workspace.open, workspace, read_roots, hidden, extra, judge)
         if isinstance(args, BashInput) and sandbox is not None:
             policy = await off_loop(policy_for, sandbox, permissions, str(ws.root))
             return await run_bash(args, ws, policy)
@@ -98,6 +108,21 @@ async def execute_tool(
 
 def _hidden(path: str, ctx: PermissionContext) -> bool:
     return read_denied(path, ctx)
+
+
+def _judge(
+    given: str, real: str, name: str, raw: dict[str, Any], ctx: PermissionContext
+) -> str | None:
+    """Refuse a path that leads where the rules deny the call, at the moment it is used (a
+    link put in its way since the call was decided). An ask is not refused here: the call's
+    decision already weighed where the path led then, and may have been approved."""
+    if name not in FILE_TOOLS:
+        return None
+    as_given = check(name, {**raw, FILE_TOOLS[name]: given}, ctx)
+    led = judged_at(name, raw, ctx, given, real, as_given)
+    if led is None or led.behavior != Behavior.DENY:
+        return None
+    return f"{led.reason}; nothing was read or written"
 
 
 def preview(name: str, text: str) -> str:

@@ -14,7 +14,7 @@ async def run_write(args: WriteInput, ws: Workspace) -> ToolOutput:
 
 def _write(args: WriteInput, ws: Workspace) -> ToolOutput:
     data = encoded(args.content, "content")  # before the file is touched
-    path = ws.resolve(args.file_path)
+    path = ws.resolve_writable(args.file_path)
     shown = ws.display(path)
     existed = regular_stat(path, shown) is not None
     write_regular(path, shown, data)
