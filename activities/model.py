@@ -483,16 +483,19 @@ class ModelActivities:
             api_duration_ms=int((time.monotonic() - sent) * 1000),
         )
 
-    def _in_step(self, req: CallModelInput, block: ToolUseBlock) -> bool:
+    async def _in_step(self, req: CallModelInput, block: ToolUseBlock) -> bool:
         """A read this step runs itself: only when the permission rules allow it (a denied
-        read goes back to the workflow, which answers it with the denial)."""
-        return (
+        read goes back to the workflow, which answers it with the denial). The decision is
+        `_describe`'s, made off the loop: it resolves the path's links."""
+        if not (
             req.run_read_only_tools
             and block.name in IN_STEP_TOOLS
             and block.name in req.config.tools
-            and _permission(req, block.name, block.input) in (None, Behavior.ALLOW)
             and not _hooked(req, block.name)
-        )
+        ):
+            return False
+        permission = (await self._describe(req, block)).permission
+        return permission is None or permission.behavior == Behavior.ALLOW
 
     def _start_in_step(
         self,
@@ -521,7 +524,7 @@ class ModelActivities:
     ) -> list[RunToolOutput]:
         """The read-only tools of the answer this step runs itself: those started while the
         stream ran, and the rest now (a retry that had the answer already streamed)."""
-        blocks = [b for b in message.tool_uses() if self._in_step(req, b)]
+        blocks = [b for b in message.tool_uses() if await self._in_step(req, b)]
         for block in blocks:
             self._start_in_step(req, block, in_step)
         if not blocks:
@@ -580,7 +583,7 @@ class ModelActivities:
             if event.type == "content_block_stop" and event.content_block.type == "tool_use":
                 raw = event.content_block
                 block = ToolUseBlock(id=raw.id, name=raw.name, input=dict(raw.input))
-                if self._in_step(req, block):
+                if await self._in_step(req, block):
                     self._start_in_step(req, block, in_step)
                 elif early:
                     await self._tool_ready(req, block)
@@ -662,11 +665,6 @@ def _withheld(req: CallModelInput, decision: ErrorDecision) -> CallModelOutput:
             max_tokens=decision.max_tokens,
         ),
     )
-
-
-def _permission(req: CallModelInput, name: str, raw: dict[str, Any]) -> Behavior | None:
-    ctx = req.config.permissions
-    return None if ctx is None else resolved_check(name, raw, ctx).behavior
 
 
 RAW_STREAM_EVENTS = frozenset(

@@ -8,8 +8,9 @@ Rules are `Tool` or `Tool(specifier)` (`parse_rule`). Evaluation order is deny, 
 allow: the first list with a matching rule decides, and a more specific rule in a later list does
 not change that. Nothing here touches the filesystem: paths are compared lexically after
 normalising (`~` from `ctx.home`, relative paths from `ctx.cwd`, then `os.path.normpath`).
-Symlinks are NOT resolved, so a link inside the workspace that points elsewhere is judged by its
-own path; the sandbox (not this module) is what holds against that.
+Symlinks are NOT resolved here: the activities resolve a file tool's path and call `check` on
+both paths, the stricter answer winning (activities/tools/links.py); the Bash sandbox holds
+against links a command follows.
 
 Where the docs leave a detail open the SAFER reading is chosen; each such choice is marked
 "Safer reading:" below.
