@@ -204,3 +204,14 @@ async def test_a_link_swapped_during_a_read_call_returns_no_secret(tmp_path: Pat
     with pytest.raises(ToolError) as caught:
         _read(ReadInput(file_path="docs/a.txt"), ws)
     assert "hunter2" not in str(caught.value)
+
+
+def test_a_workspace_reached_through_a_link_keeps_its_rules(ws: Path) -> None:
+    """Rules anchored at a linked cwd still match the resolved paths they are compared with,
+    and a plain file there is not taken for one outside the workspace."""
+    linked = ws.parent / "linked-ws"
+    linked.symlink_to(ws)
+    (ws / "readme.md").write_text("hi\n")
+    ctx = ctx_for(linked)
+    assert resolved_check("Read", {"file_path": "notes.txt"}, ctx).behavior == Behavior.DENY
+    assert resolved_check("Read", {"file_path": "readme.md"}, ctx).behavior == Behavior.ALLOW

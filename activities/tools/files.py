@@ -70,6 +70,10 @@ def open_regular(path: Path, shown: str, write: bool = False) -> Iterator[Binary
         yield handle
 
 
+_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
+"""O_PATH where there is one: a folder that may be searched but not listed still opens."""
+
+
 def _open_unlinked(path: Path, shown: str, flags: int) -> int:
     """`path` opened with no symbolic link followed on the way (see the module docstring)."""
     moved = (
@@ -77,7 +81,7 @@ def _open_unlinked(path: Path, shown: str, flags: int) -> int:
         "nothing was read or written"
     )
     try:
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        folder = os.open(path.parent, _FOLDER_FLAGS)
     except OSError as exc:
         raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
     try:
