@@ -41,6 +41,9 @@ async def test_a_fifo_or_a_link_to_one_is_refused_at_once(ws, tool, extra, name)
     os.symlink("fifo", ws / "link-to-fifo")
     key = "path" if tool == "Grep" else "file_path"
     out = await run(tool, ws, **{key: name}, **extra)
+    if name == "link-to-fifo" and tool in ("Write", "Edit"):  # no write through a link at all
+        assert out.is_error and "it is a symbolic link to" in out.content, out.content
+        return
     assert out.is_error and "a FIFO (named pipe), not a regular file" in out.content, out.content
 
 

@@ -91,7 +91,8 @@ async def test_tools_on_a_fifo_end_in_seconds_with_an_error_result(dev_env, tmp_
     }
     for tid in ("r1", "r2", "g1", "w1", "w2", "e1"):
         assert results[tid].get("is_error"), results[tid]
-        assert "not a regular file" in str(results[tid]["content"]), results[tid]
+        expected = "it is a symbolic link to" if tid == "w2" else "not a regular file"
+        assert expected in str(results[tid]["content"]), results[tid]
     assert not results["g2"].get("is_error") and not results["l1"].get("is_error")
     assert "fifo" not in str(results["l1"]["content"])  # Glob lists regular files only
     assert took < BOUND_SECONDS / 2, f"took {took:.1f}s"
@@ -103,4 +104,5 @@ async def test_tools_on_a_fifo_end_in_seconds_with_an_error_result(dev_env, tmp_
         for e in (await handle.fetch_history()).events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
-    assert scheduled.count(Activities.RUN_TOOL) == 3, scheduled
+    # The Write through a link is refused by the permission check: it never runs.
+    assert scheduled.count(Activities.RUN_TOOL) == 2, scheduled
