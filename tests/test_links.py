@@ -215,3 +215,17 @@ def test_a_workspace_reached_through_a_link_keeps_its_rules(ws: Path) -> None:
     ctx = ctx_for(linked)
     assert resolved_check("Read", {"file_path": "notes.txt"}, ctx).behavior == Behavior.DENY
     assert resolved_check("Read", {"file_path": "readme.md"}, ctx).behavior == Behavior.ALLOW
+
+
+async def test_dot_dot_after_a_link_is_read_as_the_kernel_reads_it(ws: Path) -> None:
+    """`via/../hook.md` is `deep/inner/../hook.md` to the kernel, not `hook.md`: where it
+    leads (a link into .git/hooks planted in `deep`) is what is judged."""
+    (ws / "deep" / "inner").mkdir(parents=True)
+    (ws / "deep" / "hook.md").symlink_to("../.git/hooks/pre-commit")
+    (ws / "via").symlink_to("deep/inner")
+    write = {"file_path": "via/../hook.md", "content": HOOK}
+    decision = resolved_check("Write", write, ctx_for(ws))
+    assert decision.behavior == Behavior.DENY and "symbolic link" in decision.reason
+    out = await execute_tool("Write", write, str(ws), permissions=ctx_for(ws))
+    assert out.is_error and "Refusing to write via/../hook.md" in out.content, out
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()

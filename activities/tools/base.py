@@ -78,21 +78,23 @@ class Workspace:
     def resolve_writable(self, raw: str) -> Path:
         """Like `resolve`, for writing: a path that is itself a symbolic link is refused, naming
         its target (as Claude Code does); a link in a folder above it is judged by `resolve`."""
-        given, resolved = self._resolved(raw)
-        if os.path.islink(given):
+        resolved = self.resolve(raw)
+        if os.path.islink(self._absolute(raw)):  # as written: the kernel reads `link/..`
             raise ToolError(
                 f"Refusing to write {raw}: it is a symbolic link to {resolved}; "
                 f"name {self.display(resolved)} itself if that file is meant"
             )
         return resolved
 
+    def _absolute(self, raw: str) -> Path:
+        candidate = Path(raw).expanduser()
+        return candidate if candidate.is_absolute() else self.root / candidate
+
     def _resolved(self, raw: str) -> tuple[str, Path]:
         """The path as given (absolute, normalised as the permission rules read it) and
         with every link followed."""
         no_nul(raw, "path")
-        candidate = Path(raw).expanduser()
-        if not candidate.is_absolute():
-            candidate = self.root / candidate
+        candidate = self._absolute(raw)
         given = "/" + os.path.normpath(candidate).lstrip("/")
         resolved = Path(os.path.realpath(candidate))
         if not self._inside(resolved):

@@ -27,9 +27,9 @@ FILE_TOOLS: dict[str, str] = {**READ_TOOLS, **EDIT_TOOLS}
 _RANK = {Behavior.ALLOW: 0, Behavior.ASK: 1, Behavior.DENY: 2}
 
 
-def given_path(name: str, raw: dict[str, Any], ctx: PermissionContext) -> str | None:
-    """The absolute, lexically normalised path the call names (as `check` reads it), or None
-    for a tool without one or an input `check` cannot read as a path."""
+def written_path(name: str, raw: dict[str, Any], ctx: PermissionContext) -> str | None:
+    """The path the call names as written (`~` and a relative path made absolute, nothing
+    else), or None for a tool without one or an input `check` cannot read as a path."""
     key = FILE_TOOLS.get(name)
     if key is None:
         return None
@@ -38,7 +38,9 @@ def given_path(name: str, raw: dict[str, Any], ctx: PermissionContext) -> str | 
         value = ctx.cwd
     if not isinstance(value, str) or not value or "\x00" in value:
         return None
-    return normalize_path(value, ctx)
+    if value == "~" or value.startswith("~/"):
+        value = ctx.home + value[1:]
+    return os.path.join(ctx.cwd, value)
 
 
 def link_target(path: str) -> str | None:
@@ -49,13 +51,14 @@ def link_target(path: str) -> str | None:
         return None
 
 
-def write_through_link(path: str) -> str | None:
-    """The refusal for writing through `path`, when it is a symbolic link."""
-    target = link_target(path)
+def write_through_link(written: str, shown: str) -> str | None:
+    """The refusal for writing through `written`, when it is a symbolic link (the kernel reads
+    `link/..` through the link, so the path as written is what is tested)."""
+    target = link_target(written)
     if target is None:
         return None
     return (
-        f"Refusing to write {path}: it is a symbolic link to {target}; "
+        f"Refusing to write {shown}: it is a symbolic link to {target}; "
         f"name {target} itself if that file is meant"
     )
 
@@ -111,15 +114,16 @@ def judged_at(
 def resolved_check(name: str, raw: dict[str, Any], ctx: PermissionContext) -> Decision:
     """`check` on the path as given and on where it leads (blocking: resolves links)."""
     decision = check(name, raw, ctx)
-    given = given_path(name, raw, ctx)
-    if given is None or (decision.behavior == Behavior.DENY and decision.rule is not None):
+    written = written_path(name, raw, ctx)
+    if written is None or (decision.behavior == Behavior.DENY and decision.rule is not None):
         return decision
-    if name in EDIT_TOOLS and (refusal := write_through_link(given)) is not None:
+    given = normalize_path(written, ctx)  # as `check` read it
+    if name in EDIT_TOOLS and (refusal := write_through_link(written, given)) is not None:
         return Decision(behavior=Behavior.DENY, reason=refusal)  # whatever the mode says
     if decision.behavior == Behavior.DENY:
         return decision
     try:
-        real = os.path.realpath(given)
+        real = os.path.realpath(written)  # as the kernel reads it
     except (OSError, ValueError):  # the tool itself says what is wrong with the path
         return decision
     return judged_at(name, raw, ctx, given, real, decision) or decision
