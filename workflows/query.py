@@ -117,6 +117,9 @@ get Claude Code's whole input; before, an activity read the settings files every
 HOOK_EVENTS_PATCH = "hook-events-v1"
 """UserPromptSubmit, PreToolUse, PostToolUse and PostToolUseFailure hooks run (a run_hooks
 activity each) when the settings snapshot has them; before, only Stop and PreCompact did."""
+LATE_SIGNAL_PATCH = "late-tool-signal-v1"
+"""A tool_use_ready of an attempt older than one already heard from is ignored; before, it
+discarded the newer attempt's executor and the prompt waited forever on its tools."""
 
 
 async def _refused(call: ToolCall, reason: str, notes: CallNotes) -> RunToolOutput:
@@ -252,6 +255,9 @@ class QueryWorkflow:
             return  # a call that is over: nothing of it may run now
         executor = self._executors.get(ready.attempt)
         if executor is None:
+            newer = any(attempt > ready.attempt for attempt in self._executors)
+            if newer and workflow.patched(LATE_SIGNAL_PATCH):
+                return  # a late signal of a failed attempt: its blocks are void already
             for old in self._executors.values():
                 old.discard()  # a new attempt: the blocks of earlier ones are void
             executor = self._executors[ready.attempt] = self._executor(ready.call_id)
