@@ -9,13 +9,25 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from durable_agent.engine.bounds import DENIAL_VALUE_CHARS, MAX_DENIALS, input_summary
+from durable_agent.engine.bounds import (
+    CARRIED_EVENT_CHARS,
+    CARRIED_EVENTS,
+    DENIAL_VALUE_CHARS,
+    MAX_COLLAPSED_IDS,
+    MAX_DENIALS,
+    add_collapsed,
+    add_denials,
+    carried_events,
+    input_summary,
+)
 from durable_agent.engine.contracts import CallModelInput, CallModelOutput, QueryInput
 from durable_agent.engine.messages import Usage
 from durable_agent.engine.permissions import Behavior, Decision
 from durable_agent.engine.state import (
     MAX_TRANSITIONS,
+    PermissionDenial,
     ProgressEvent,
+    ProgressKind,
     QueryConfig,
     State,
     Terminal,
@@ -48,6 +60,35 @@ def denied_write(req: CallModelInput) -> CallModelOutput:
         text="writing",
         tool_calls=[call],
     )
+
+
+def test_transitions_keep_the_newest_and_count_the_rest():
+    state = State()
+    for _ in range(3):
+        state = state.next(Transition.STOP_HOOK_BLOCKING)
+    for _ in range(MAX_TRANSITIONS + 7):
+        state = state.next(Transition.NEXT_TURN)
+    assert len(state.transitions) == MAX_TRANSITIONS
+    assert state.dropped_transitions == {Transition.STOP_HOOK_BLOCKING: 3, Transition.NEXT_TURN: 7}
+    assert state.transition_count(Transition.STOP_HOOK_BLOCKING) == 3  # the block limit sees them
+
+
+def test_denials_collapsed_ids_and_events_are_capped():
+    big = {"file_path": "a.txt", "content": "y" * 10_000, "n": 3, "edits": [{"old": "z" * 500}]}
+    summary = input_summary(big)
+    assert summary["file_path"] == "a.txt" and summary["n"] == 3
+    assert summary["content"].endswith("… (10,000 characters)")
+    assert len(summary["content"]) < DENIAL_VALUE_CHARS + 40 and len(summary["edits"]) < 250
+    denial = PermissionDenial(tool_name="Write", tool_use_id="w", tool_input=big)
+    state = add_denials(State(), [denial] * (MAX_DENIALS + 5))
+    assert len(state.permission_denials) == MAX_DENIALS and state.denials_dropped == 5
+    ids = add_collapsed(State(collapsed_ids=("old",)), [f"t{i}" for i in range(MAX_COLLAPSED_IDS)])
+    assert len(ids) == MAX_COLLAPSED_IDS and ids[-1] == f"t{MAX_COLLAPSED_IDS - 1}"
+    many = [ProgressEvent(index=i, kind=ProgressKind.TEXT, text="t") for i in range(500)]
+    assert [e.index for e in carried_events(many)] == list(range(500 - CARRIED_EVENTS, 500))
+    huge = [ProgressEvent(index=i, kind=ProgressKind.TEXT, text="t" * 20_000) for i in range(3)]
+    kept = carried_events(huge)
+    assert [e.index for e in kept] == [2] and len(kept[0].text) <= CARRIED_EVENT_CHARS + 1
 
 
 async def run_chain(client: Client, handle: WorkflowHandle) -> list[WorkflowHistory]:
