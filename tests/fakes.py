@@ -61,6 +61,8 @@ class Stream:
     fail: Exception | None = None
     """Raise after streaming: this attempt fails (and Temporal retries)."""
     text: str = ""
+    stale: list[ToolCall] = field(default_factory=list)
+    """Signalled after the others as the attempt before this one (a late signal)."""
 
 
 def reply(
@@ -124,6 +126,9 @@ class Fakes:
             await asyncio.sleep(step.gap)
             ready = ToolReady(call_id=req.assistant_uuid, attempt=info.attempt, call=call)
             await handle.signal(Signals.TOOL_USE_READY, ready)
+        for call in step.stale:
+            late = ToolReady(call_id=req.assistant_uuid, attempt=info.attempt - 1, call=call)
+            await handle.signal(Signals.TOOL_USE_READY, late)
         if step.tail == float("inf"):
             await self._block("model")
         await asyncio.sleep(step.tail)

@@ -118,6 +118,21 @@ async def test_a_failed_attempts_tools_are_discarded(ts_env, task_queue):
     assert "late" in ran and "old" not in ran  # late was never signalled: it ran after the stream
 
 
+async def test_a_late_signal_of_an_older_attempt_changes_nothing(ts_env, task_queue):
+    """Attempt 2 signals its Read, then a late signal of attempt 1 arrives: it must neither
+    discard attempt 2's executor (the prompt then waited forever) nor run its own block."""
+    overloaded = ApplicationError("Overloaded", type="Overloaded")
+    calls = tools(("new", "Read"), ("b1", "Bash"))  # b1 is only in the final message
+    second = Stream(calls, signalled=calls[:1], stale=tools(("ghost", "Grep")), tail=0.2)
+    fakes = Fakes(script=[overloaded, second, reply("done")])
+    result = await asyncio.wait_for(run_query(ts_env, fakes, task_queue, "late_signal"), timeout=15)
+    assert result.terminal == Terminal.COMPLETED
+    final = refs(fakes, call=2)
+    assert [r.tool_use_id for r in final] == ["new", "b1"]
+    assert all(r.inline is None and r.run_id for r in final)  # both ran, neither was cut short
+    assert sorted(tool for tool, _ in fakes.runs) == ["b1", "new"]  # the late block never ran
+
+
 async def test_a_failed_bash_cancels_its_running_siblings(ts_env, task_queue):
     calls = tools(("b1", "Bash"), ("r1", "Read"), safe={"b1"})
     fakes = Fakes(

@@ -13,6 +13,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from durable_agent.engine.bounds import add_collapsed, add_denials, carried_events
     from durable_agent.engine.context import estimate_text_tokens
     from durable_agent.engine.contracts import (
         AppendEntryInput,
@@ -117,6 +118,12 @@ get Claude Code's whole input; before, an activity read the settings files every
 HOOK_EVENTS_PATCH = "hook-events-v1"
 """UserPromptSubmit, PreToolUse, PostToolUse and PostToolUseFailure hooks run (a run_hooks
 activity each) when the settings snapshot has them; before, only Stop and PreCompact did."""
+LATE_SIGNAL_PATCH = "late-tool-signal-v1"
+"""A tool_use_ready of an attempt older than one already heard from is ignored; before, it
+discarded the newer attempt's executor and the prompt waited forever on its tools."""
+BOUNDED_STATE_PATCH = "bounded-state-v1"
+"""Denials are kept summarised and capped, collapsed ids capped, and the newest progress events
+carried across continue-as-new; before, all of them grew with the prompt or were lost."""
 
 
 async def _refused(call: ToolCall, reason: str, notes: CallNotes) -> RunToolOutput:
@@ -183,7 +190,7 @@ class QueryWorkflow:
                 session_grants=tuple(inp.session_grants),
             )
         self._interrupted = False
-        self._events: list[ProgressEvent] = []
+        self._events: list[ProgressEvent] = list(inp.events)  # the run before's newest
         self._running: list[asyncio.Future[Any]] = []
         self._phase = "starting"
         self._call_id: str | None = None
@@ -208,7 +215,10 @@ class QueryWorkflow:
             match step:
                 case ContinueAsNew():
                     await workflow.wait_condition(workflow.all_handlers_finished)
-                    workflow.continue_as_new(inp.model_copy(update={"state": self._state}))
+                    carried: dict[str, Any] = {"state": self._state}
+                    if workflow.patched(BOUNDED_STATE_PATCH):
+                        carried["events"] = carried_events(self._events)
+                    workflow.continue_as_new(inp.model_copy(update=carried))
                 case Compact(reactive=reactive):
                     await self._compact(reactive)
                 case CallModel():
@@ -252,6 +262,9 @@ class QueryWorkflow:
             return  # a call that is over: nothing of it may run now
         executor = self._executors.get(ready.attempt)
         if executor is None:
+            newer = any(attempt > ready.attempt for attempt in self._executors)
+            if newer and workflow.patched(LATE_SIGNAL_PATCH):
+                return  # a late signal of a failed attempt: its blocks are void already
             for old in self._executors.values():
                 old.discard()  # a new attempt: the blocks of earlier ones are void
             executor = self._executors[ready.attempt] = self._executor(ready.call_id)
@@ -392,7 +405,9 @@ class QueryWorkflow:
             for call, said in notes
             if said.denial is not None
         ]
-        if denials:
+        if denials and workflow.patched(BOUNDED_STATE_PATCH):
+            self._state = add_denials(self._state, denials)
+        elif denials:
             self._state = self._state.model_copy(
                 update={"permission_denials": (*self._state.permission_denials, *denials)}
             )
@@ -900,10 +915,11 @@ class QueryWorkflow:
         self._emit(
             ProgressKind.STATUS, f"cleared {len(planned.tool_use_ids)} large old tool results"
         )
+        collapsed = (*self._state.collapsed_ids, *planned.tool_use_ids)
+        if workflow.patched(BOUNDED_STATE_PATCH):
+            collapsed = add_collapsed(self._state, planned.tool_use_ids)
         self._state = self._state.next(
-            Transition.COLLAPSE_DRAIN_RETRY,
-            collapse_drained=True,
-            collapsed_ids=(*self._state.collapsed_ids, *planned.tool_use_ids),
+            Transition.COLLAPSE_DRAIN_RETRY, collapse_drained=True, collapsed_ids=collapsed
         )
 
     async def _finish(self, step: Finish) -> QueryResult:
@@ -933,6 +949,7 @@ class QueryWorkflow:
             usage=state.usage,
             final_text=step.final_text,
             transitions=list(state.transitions),
+            transitions_dropped=sum(state.dropped_transitions.values()),
             query_workflow_id=workflow.info().workflow_id,
             compactions=state.compactions,
             context_tokens=state.context_tokens,
@@ -941,6 +958,7 @@ class QueryWorkflow:
             usage_by_model=state.usage_by_model,
             retries=dict(state.retries),
             permission_denials=list(state.permission_denials),
+            denials_dropped=state.denials_dropped,
             session_grants=list(state.session_grants),
             api_duration_ms=state.api_duration_ms,
         )

@@ -18,6 +18,7 @@ from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import (
     ModelCallConfig,
     PendingUser,
+    ProgressEvent,
     QueryConfig,
     QueryResult,
     State,
@@ -154,6 +155,9 @@ class QueryInput(BaseModel):
     compact: bool = False
     """A manual compaction (`/compact`) instead of a prompt: `prompt` holds its instructions
     (may be empty); no model turn runs after the summary."""
+    events: list[ProgressEvent] = Field(default_factory=list)
+    """When continuing as new: the newest progress events of the run before, still served by
+    the progress query (a watcher may not have read those emitted just before)."""
 
 
 class CompactInput(BaseModel):

@@ -327,7 +327,7 @@ def after_stop_hooks(
         )
     if (
         blocking_errors
-        and state.transitions.count(Transition.STOP_HOOK_BLOCKING) >= MAX_STOP_HOOK_BLOCKS
+        and state.transition_count(Transition.STOP_HOOK_BLOCKING) >= MAX_STOP_HOOK_BLOCKS
     ):
         message = f"Stop hooks blocked {MAX_STOP_HOOK_BLOCKS} times; stopping: {blocking_errors[0]}"
         return state.ended(Terminal.STOP_HOOK_PREVENTED, message)

@@ -33,6 +33,9 @@ DEFAULT_ITERATIONS_PER_RUN = 100
 TEXT_PREVIEW_CHARS = 16_000
 MAX_PROMPT_CHARS = 100_000
 """A prompt travels in workflow history; larger ones must be put in a file and referenced."""
+MAX_TRANSITIONS = 100
+"""`State.transitions` keeps the newest ones: the state is carried across continue-as-new, and a
+prompt of any length must not grow it (`dropped_transitions` counts the rest)."""
 
 
 class Transition(StrEnum):
@@ -361,6 +364,9 @@ class State(BaseModel):
     transition: Transition | None = None
     usage: Usage = Usage()
     transitions: tuple[Transition, ...] = ()
+    """The newest MAX_TRANSITIONS reasons to continue."""
+    dropped_transitions: dict[Transition, int] = Field(default_factory=dict)
+    """The older ones, counted by kind (`transition_count` sees them all)."""
     event_count: int = 0
     model: str | None = None
     """The model in use when it is not the configured one (after a fallback)."""
@@ -379,6 +385,7 @@ class State(BaseModel):
     """Once per turn; survives a stop_hook_blocking continue so compaction cannot loop."""
     collapse_drained: bool = False
     collapsed_ids: tuple[str, ...] = ()
+    """Tool results cleared from the view since the last compaction (the newest, bounded)."""
     microcompacting: bool = False
     strip_images: bool = False
     task_budget_remaining: int | None = None
@@ -386,6 +393,9 @@ class State(BaseModel):
     stop_hook_active: bool = False
     budget_tracker: BudgetTracker = BudgetTracker()
     permission_denials: tuple[PermissionDenial, ...] = ()
+    """The newest refused calls, each with a summary of its input (engine/bounds.py)."""
+    denials_dropped: int = 0
+    """Older refused calls no longer listed."""
     api_duration_ms: int = 0
     """Time the model calls took (request to the end of the stream), summed."""
     session_grants: tuple[SessionGrant, ...] = ()
@@ -399,6 +409,10 @@ class State(BaseModel):
     """Loop iterations in this workflow run (continue-as-new after `iterations_per_run`)."""
     notice: str = ""
     """What to tell the user about the decision just made; `decide` shows it once."""
+
+    def transition_count(self, transition: Transition) -> int:
+        """How often the prompt continued for `transition`, the dropped ones included."""
+        return self.transitions.count(transition) + self.dropped_transitions.get(transition, 0)
 
     def at(self, phase: Phase, **changes: object) -> State:
         return self.model_copy(update={"phase": phase, **changes})
@@ -415,9 +429,14 @@ class State(BaseModel):
         """A new State for a `continue`, recording why. A new turn resets the once-per-turn
         recovery flags and the output-limit recoveries (escalation, 3 messages); every other
         continue keeps them."""
+        kept = (*self.transitions, transition)
+        dropped = dict(self.dropped_transitions)
+        for old in kept[:-MAX_TRANSITIONS]:
+            dropped[old] = dropped.get(old, 0) + 1
         update: dict[str, object] = {
             "transition": transition,
-            "transitions": (*self.transitions, transition),
+            "transitions": kept[-MAX_TRANSITIONS:],
+            "dropped_transitions": dropped,
             "phase": Phase.TURN,
             "answer": None,
             "withheld": None,
@@ -467,6 +486,9 @@ class QueryResult(BaseModel):
     usage: Usage = Usage()
     final_text: str = ""
     transitions: list[Transition] = Field(default_factory=list)
+    """The newest MAX_TRANSITIONS."""
+    transitions_dropped: int = 0
+    """How many older ones `transitions` leaves out."""
     query_workflow_id: str = ""
     model: str = ""
     fallback_used: bool = False
@@ -475,6 +497,8 @@ class QueryResult(BaseModel):
     compactions: int = 0
     context_tokens: int = 0
     permission_denials: list[PermissionDenial] = Field(default_factory=list)
+    denials_dropped: int = 0
+    """Refused calls older than those `permission_denials` lists."""
     session_grants: list[SessionGrant] = Field(default_factory=list)
     """The session's "always" answers after this prompt (the next prompt starts with them)."""
     api_duration_ms: int = 0
