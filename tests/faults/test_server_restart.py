@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+import pytest_asyncio
 from temporalio.client import Client
 
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
@@ -25,7 +27,7 @@ from tests.faults.harness import ROOT, DevServer, WorkerProcess, process_env, wa
 
 BASH_RUNS = int(os.environ.get("DURABLE_AGENT_RESTART_RUNS", "10"))
 OTHER_RUNS = int(os.environ.get("DURABLE_AGENT_RESTART_OTHER_RUNS", "5"))
-AT_ONCE = int(os.environ.get("DURABLE_AGENT_RESTART_AT_ONCE", "5"))
+AT_ONCE = int(os.environ.get("DURABLE_AGENT_RESTART_AT_ONCE", "10"))
 """Runs in flight together (each with its own server, worker and CLI; mostly waiting)."""
 BACK_WITHIN = 60.0
 """Issue 27: every run completes within 60 s of the restart."""
@@ -45,6 +47,7 @@ class Run:
     api: ReplayServer | None = None
     workspace: Path = field(default_factory=Path)
     took: float = 0.0
+    failure: BaseException | None = None
 
 
 def _cli(workspace: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -125,18 +128,21 @@ async def _fault(server: DevServer, cli: subprocess.Popen[bytes], run: Run, run_
 
 
 async def _perform_all(tmp_path: Path, runs: list[Run]) -> None:
-    """Every run, AT_ONCE at a time; every failure reported, not only the first."""
+    """Every run, AT_ONCE at a time; each run's failure is kept on it."""
     gate = asyncio.Semaphore(AT_ONCE)
 
-    async def one(run: Run) -> BaseException | None:
+    async def one(run: Run) -> None:
         async with gate:
             try:
                 await _perform(tmp_path, run)
-            except (AssertionError, Exception) as exc:  # noqa: BLE001 — collected below
-                return exc
-            return None
+            except Exception as exc:  # noqa: BLE001 — reported by the run's test
+                run.failure = exc
 
-    failures = [f for f in await asyncio.gather(*(one(r) for r in runs)) if f is not None]
+    await asyncio.gather(*(one(r) for r in runs))
+
+
+def _assert_all_came_back(runs: list[Run]) -> None:
+    failures = [r.failure for r in runs if r.failure is not None]
     assert not failures, "\n\n".join(map(str, failures))
     assert all(r.took < BACK_WITHIN for r in runs)
 
@@ -158,21 +164,73 @@ def _tool_results(api: ReplayServer) -> list[dict[str, Any]]:
     ]
 
 
-async def test_a_bash_finishing_during_a_server_restart_completes_every_time(tmp_path):
-    """The tryout of issue 27: `sleep 8; echo ok`, the server killed while it runs (2 to 5.6 s
-    in) and started again 5 s later: the Bash finishes while the server is down, or (killed
-    early) runs on after the restart, when the server has already timed its attempt out."""
-    command = "echo ran >> marker; sleep 8; echo ok"
-    runs = [
-        Run(
-            f"bash-{n}",
-            _then_done(tool_turn([("b1", "Bash", {"command": command})])),
-            lambda ws, _api: (ws / "marker").exists(),
-            after=2.0 + 0.4 * n,
-        )
-        for n in range(BASH_RUNS)
-    ]
-    await _perform_all(tmp_path, runs)
+BASH = "echo ran >> marker; sleep 8; echo ok"
+
+
+def _slow_answer(body: dict[str, Any], index: int) -> Turn:
+    """The first model call streams for ~6 s; a retry of it is answered at once."""
+    turn = text_turn("all done")
+    return turn.model_copy(update={"event_delay": 1.0}) if index == 0 else turn
+
+
+def _write(workspace: Path) -> dict[str, str]:
+    return {"file_path": str(workspace / "out.txt"), "content": "hello\n"}
+
+
+FIRST_WRITE: dict[str, int] = {}
+"""Each Write run's out.txt modification time when it was first seen."""
+
+
+def _written(ws: Path, _api: ReplayServer) -> bool:
+    path = ws / "out.txt"
+    if path.exists():
+        FIRST_WRITE[str(ws)] = path.stat().st_mtime_ns
+        return True
+    return False
+
+
+@pytest_asyncio.fixture(scope="module")
+async def restarts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Run]]:
+    """All the tries of this module at once (each with its own server, worker and CLI; they
+    mostly wait), by kind: the Bash tryout of the issue 10 times — `sleep 8`, the server
+    killed 2 to 5.6 s in and started again 5 s later, so the Bash finishes while the server is
+    down or (killed early) runs on after the restart, when the server has already timed its
+    attempt out —, the model call (streaming ~6 s) and a Write (killed as it lands) 5 times
+    each."""
+    base = tmp_path_factory.mktemp("restarts")
+    kinds = {
+        "bash": [
+            Run(
+                f"bash-{n}",
+                _then_done(tool_turn([("b1", "Bash", {"command": BASH})])),
+                lambda ws, _api: (ws / "marker").exists(),
+                after=2.0 + 0.4 * n,
+            )
+            for n in range(BASH_RUNS)
+        ],
+        "model": [
+            Run(f"model-{n}", _slow_answer, lambda _ws, api: len(api.requests) >= 1, 1.0 + 0.8 * n)
+            for n in range(OTHER_RUNS)
+        ],
+        "write": [
+            Run(
+                f"write-{n}",
+                _then_done(tool_turn([("w1", "Write", _write(base / f"write-{n}" / "ws"))])),
+                _written,
+                after=0.05 * n,
+            )
+            for n in range(OTHER_RUNS)
+        ],
+    }
+    await _perform_all(base, [run for runs in kinds.values() for run in runs])
+    return kinds
+
+
+async def test_a_bash_finishing_during_a_server_restart_completes_every_time(restarts):
+    """The tryout of issue 27: every CLI exits 0 within 60 s of the restart, the Bash ran
+    once, and the model gets its real output."""
+    runs = restarts["bash"]
+    _assert_all_came_back(runs)
     for run in runs:
         assert run.api is not None
         assert (run.workspace / "marker").read_text() == "ran\n", f"{run.name} ran it twice"
@@ -183,59 +241,24 @@ async def test_a_bash_finishing_during_a_server_restart_completes_every_time(tmp
         assert answers[-1]["content"] == "ok", f"{run.name}: {answers[-1]['content']!r}"
 
 
-def _slow_answer(body: dict[str, Any], index: int) -> Turn:
-    """The first model call streams for ~6 s; a retry of it is answered at once."""
-    turn = text_turn("all done")
-    return turn.model_copy(update={"event_delay": 1.0}) if index == 0 else turn
-
-
-async def test_a_server_restart_during_the_model_call_completes_every_time(tmp_path):
-    runs = [
-        Run(
-            f"model-{n}",
-            _slow_answer,
-            lambda _ws, api: len(api.requests) >= 1,
-            after=1.0 + 0.8 * n,
-        )
-        for n in range(OTHER_RUNS)
-    ]
-    await _perform_all(tmp_path, runs)
+async def test_a_server_restart_during_the_model_call_completes_every_time(restarts):
+    runs = restarts["model"]
+    _assert_all_came_back(runs)
     for run in runs:
         out = (run.workspace.parent / "cli.out").read_text()
         assert "all done" in out, run.name
 
 
-def _write(workspace: Path) -> dict[str, str]:
-    return {"file_path": str(workspace / "out.txt"), "content": "hello\n"}
-
-
-async def test_a_server_restart_during_a_write_completes_every_time(tmp_path):
+async def test_a_server_restart_during_a_write_completes_every_time(restarts):
     """Killed as the Write lands (its completion is in flight): the file is written once —
     its modification time is the one first seen — and the model is answered."""
-    first_seen: dict[str, int] = {}
-
-    def written(ws: Path, _api: ReplayServer) -> bool:
-        path = ws / "out.txt"
-        if path.exists():
-            first_seen[str(ws)] = path.stat().st_mtime_ns
-            return True
-        return False
-
-    runs = [
-        Run(
-            f"write-{n}",
-            _then_done(tool_turn([("w1", "Write", _write(tmp_path / f"write-{n}" / "ws"))])),
-            written,
-            after=0.05 * n,
-        )
-        for n in range(OTHER_RUNS)
-    ]
-    await _perform_all(tmp_path, runs)
+    runs = restarts["write"]
+    _assert_all_came_back(runs)
     for run in runs:
         assert run.api is not None
         path = run.workspace / "out.txt"
         assert path.read_text() == "hello\n"
-        assert path.stat().st_mtime_ns == first_seen[str(run.workspace)], f"{run.name}: rewritten"
+        assert path.stat().st_mtime_ns == FIRST_WRITE[str(run.workspace)], f"{run.name}: rewritten"
         answers = _tool_results(run.api)
         assert answers and {a["tool_use_id"] for a in answers} == {"w1"}, run.name
 
