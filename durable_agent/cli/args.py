@@ -106,7 +106,7 @@ def controls_for(args: argparse.Namespace, workspace: Path) -> Controls:
     if sandbox is not None and not getattr(args, "no_worker", False) and not shutil.which("bwrap"):
         raise CliError(
             "the Bash sandbox is on (sandbox.enabled or --sandbox) but bubblewrap is not installed",
-            "install the Debian package bubblewrap, or turn the sandbox off",
+            "apt-get install bubblewrap, or turn the sandbox off (sandbox.enabled: false)",
         )
     return Controls(permissions, sandbox, snapshot(merged))
 
