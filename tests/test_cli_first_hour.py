@@ -1,0 +1,76 @@
+"""What a newcomer meets in a first hour with the CLI (issue 22, item 6): usage errors that
+say what went wrong in one line, a --help that shows the drop-in use and hides internals, a
+missing bubblewrap named by the CLI, and `list`/`tail` that make sense of the demo's session."""
+
+from __future__ import annotations
+
+import json
+
+from tests.system_tools import path_without
+from tests.test_cli import cli_env, durable_agent
+
+
+def one_line_error(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("hint: "), stderr
+    assert "usage:" not in stderr and "Traceback" not in stderr, stderr
+    return stderr
+
+
+def test_a_rule_flag_that_swallows_the_prompt_says_so(tmp_path):
+    proc = durable_agent(["run", "--allowedTools", "Edit", "fix it"], cli_env(tmp_path))
+    assert proc.returncode == 2
+    err = one_line_error(proc.stderr)
+    assert "--allowedTools took the prompt as one more rule" in err, err
+    assert "--allowedTools=Edit" in err and "put the prompt first" in err, err
+
+
+def test_an_unknown_flag_is_run_s_error_in_one_line(tmp_path):
+    for args in (["run", "--wrong-flag"], ["run", "hi", "--wrong-flag"]):
+        proc = durable_agent(args, cli_env(tmp_path))
+        assert proc.returncode == 2
+        err = one_line_error(proc.stderr)
+        assert "durable-agent run: error: unrecognized arguments: --wrong-flag" in err, err
+        assert "durable-agent run --help" in err, err
+
+
+def test_an_unknown_command_does_not_list_internal_ones(tmp_path):
+    proc = durable_agent(["bogus"], cli_env(tmp_path))
+    err = one_line_error(proc.stderr)
+    assert "invalid choice: 'bogus'" in err and "warm-worker" not in err, err
+
+
+def test_help_shows_the_drop_in_use_and_hides_the_warm_worker(tmp_path):
+    proc = durable_agent(["--help"], cli_env(tmp_path))
+    assert proc.returncode == 0
+    assert 'durable-agent -p "PROMPT"' in proc.stdout and "durable-agent -p --help" in proc.stdout
+    assert "warm-worker" not in proc.stdout, proc.stdout
+    claude_help = durable_agent(["-p", "--help"], cli_env(tmp_path))
+    assert claude_help.returncode == 0 and "--output-format" in claude_help.stdout
+
+
+def test_a_sandbox_without_bubblewrap_is_named_by_the_cli(tmp_path):
+    env = cli_env(tmp_path, ANTHROPIC_API_KEY="k", TEMPORAL_ADDRESS="127.0.0.1:1")
+    env["PATH"] = path_without(tmp_path, "bwrap")
+    proc = durable_agent(["run", "hi", "--sandbox", "--workspace", str(tmp_path)], env)
+    assert proc.returncode == 2
+    err = one_line_error(proc.stderr)
+    assert "the Bash sandbox is on" in err and "bubblewrap is not installed" in err, err
+    assert "apt-get install bubblewrap" in err, err
+
+
+def test_the_demo_is_listed_with_its_workspace_and_tail_shows_how_it_ended(dev_env, tmp_path):
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host)
+    demo = durable_agent(["demo", "--output-format", "json"], env)
+    assert demo.returncode == 0, demo.stderr
+    session_id = json.loads(demo.stdout.strip().splitlines()[-1])["session_id"]
+    listed = durable_agent(["list", "--json", "--limit", "200"], env)
+    row = next(r for r in json.loads(listed.stdout) if r["session_id"] == session_id)
+    assert row["workspace"] and "durable-agent-demo-" in row["workspace"], row
+    assert row["command"] == "demo", row
+    tail = durable_agent(["tail", session_id], env, timeout=60)
+    assert tail.returncode == 0, tail.stderr
+    assert f"session {session_id} has ended (completed)" in tail.stderr, tail.stderr
+    assert "completed after 5 turn(s)" in tail.stderr, tail.stderr
+    assert "All 3 tests pass now." in tail.stdout, tail.stdout
+    assert "cannot read session" not in tail.stderr
