@@ -5,9 +5,14 @@ missing bubblewrap named by the CLI, and `list`/`tail` that make sense of the de
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 from tests.system_tools import path_without
-from tests.test_cli import cli_env, durable_agent
+from tests.test_cli import ROOT, cli_env, durable_agent
 
 
 def one_line_error(stderr: str) -> str:
@@ -74,3 +79,42 @@ def test_the_demo_is_listed_with_its_workspace_and_tail_shows_how_it_ended(dev_e
     assert "completed after 5 turn(s)" in tail.stderr, tail.stderr
     assert "All 3 tests pass now." in tail.stdout, tail.stdout
     assert "cannot read session" not in tail.stderr
+
+
+def test_a_refused_api_connection_shows_its_hint_with_the_first_retry(dev_env, tmp_path):
+    """Not after the minutes of retries the final error comes at: with the first notice."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="k",
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "durable_agent", "run", "hi", "--workspace", str(tmp_path)],
+        env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("hint:" in line for line in lines):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+    finally:
+        proc.send_signal(signal.SIGINT)  # interrupt the prompt; the CLI then ends
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+    retries = [i for i, line in enumerate(lines) if "ConnectionError (attempt" in line]
+    assert retries and "(attempt 1)" in lines[retries[0]], lines
+    assert f"127.0.0.1:{port}): connection refused" in lines[retries[0]], lines
+    hint = lines[retries[0] + 1]
+    assert "hint: check ANTHROPIC_BASE_URL, the network and any proxy settings" in hint, lines
