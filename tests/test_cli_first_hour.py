@@ -64,9 +64,23 @@ def test_a_sandbox_without_bubblewrap_is_named_by_the_cli(tmp_path):
     assert "apt-get install bubblewrap" in err, err
 
 
+DEV_MODULES = ("pytest", "_pytest", "pytest_asyncio", "pytest_timeout", "claude_agent_sdk", "mypy")
+WITHOUT_DEV = f"""
+import sys
+for name in {DEV_MODULES!r}:
+    sys.modules[name] = None  # importing it raises ImportError, as without the dev group
+from durable_agent.cli import main
+main(sys.argv[1:])
+"""
+
+
 def test_the_demo_is_listed_with_its_workspace_and_tail_shows_how_it_ended(dev_env, tmp_path):
+    """The demo runs without the dev dependency group (the README runs it with --no-dev)."""
     env = cli_env(tmp_path, TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host)
-    demo = durable_agent(["demo", "--output-format", "json"], env)
+    demo = subprocess.run(  # as `uv run --no-dev durable-agent demo` runs it: no dev group
+        [sys.executable, "-c", WITHOUT_DEV, "demo", "--output-format", "json"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
     assert demo.returncode == 0, demo.stderr
     session_id = json.loads(demo.stdout.strip().splitlines()[-1])["session_id"]
     listed = durable_agent(["list", "--json", "--limit", "200"], env)
