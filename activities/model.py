@@ -254,6 +254,8 @@ def to_failure(exc: BaseException) -> ApiFailure:
     if url is not None:  # which endpoint, so that a wrong ANTHROPIC_BASE_URL shows
         text += f" (calling {url.scheme}://{url.host}{f':{url.port}' if url.port else ''})"
     chain = _causes(exc)
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):  # nothing listens there
+        text += ": connection refused"
     reset = any(isinstance(e, ConnectionResetError | BrokenPipeError) for e in chain) or any(
         word in f"{type(e).__name__}: {e}".lower()
         for e in chain

@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.transcript import TranscriptStore
 from durable_agent.devserver import server_args
+from tests.system_tools import require
 
 BIN = Path(sysconfig.get_path("scripts"))
 
@@ -31,6 +32,17 @@ async def _started(start: Callable[[], Awaitable[WorkflowEnvironment]]) -> Workf
                 raise
             await asyncio.sleep(1)
     raise AssertionError("unreachable")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs_tool(name): needs a system tool (tests/system_tools.py); skip or fail"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs_tool"):
+        require(mark.args[0])
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -5,7 +5,6 @@ not support refused in one line (never ignored)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn, tool_turn
+from tests.system_tools import needs
 from tests.test_cli import ROOT, assert_clean_error, cli_env
 
 CI_SCRIPT = """set -euo pipefail
@@ -52,7 +52,7 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed (.ci/run installs it)")
+@needs("jq")
 def test_a_ci_script_reads_the_result_with_jq(dev_env, tmp_path):
     overloaded = Turn(error=ErrorReply(status=529, type="overloaded_error", message="busy"))
     turns = [overloaded, tool_turn([("b1", "Bash", {"command": "ls"})]), text_turn("One file.")]

@@ -175,7 +175,10 @@ async def test_interrupt_ends_the_running_prompt(dev_env, tmp_path, cli_path, un
     with ReplayServer([slow, text_turn("after")]) as server:
         async with ClaudeSDKClient(options(dev_env, tmp_path, cli_path, server)) as client:
             await client.query("write a lot")
-            await asyncio.sleep(2)
+            for _ in range(600):  # until the model call streams (a request has come)
+                if server.requests:
+                    break
+                await asyncio.sleep(0.05)
             await client.interrupt()
             interrupted = [m async for m in client.receive_response()][-1]
             await client.query("and then?")

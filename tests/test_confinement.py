@@ -13,6 +13,7 @@ import pytest
 
 from activities.tools import execute_tool
 from activities.tools import grep as grep_module
+from tests.system_tools import needs, require
 
 SECRET = "TOKEN-outside-the-workspace"
 RG = shutil.which("rg")
@@ -22,8 +23,7 @@ RG = shutil.which("rg")
 def grep_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which Grep implementation runs: ripgrep (skipped when not installed) or the fallback."""
     if request.param == "ripgrep":
-        if RG is None:
-            pytest.skip("ripgrep (rg) is not installed; .ci/run installs it")
+        require("rg")
         monkeypatch.setattr(grep_module, "_rg_path", lambda: RG)
     else:
         monkeypatch.setattr(grep_module, "_rg_path", lambda: None)
@@ -157,7 +157,7 @@ async def test_the_fallback_refuses_an_unknown_type(ws, monkeypatch):
     assert out.is_error and "unknown file type" in out.content
 
 
-@pytest.mark.skipif(RG is None, reason="ripgrep (rg) is not installed; .ci/run installs it")
+@needs("rg")
 async def test_ripgrep_never_follows_links_even_if_configured_to(ws, outside, monkeypatch):
     calls: list[tuple[str, ...]] = []
     real_exec = grep_module.asyncio.create_subprocess_exec
@@ -178,7 +178,7 @@ async def test_ripgrep_never_follows_links_even_if_configured_to(ws, outside, mo
     assert "-L" not in cmd and "--follow" not in cmd
 
 
-@pytest.mark.skipif(RG is None, reason="ripgrep (rg) is not installed; .ci/run installs it")
+@needs("rg")
 @pytest.mark.parametrize("mode", ["files_with_matches", "content", "count"])
 async def test_output_naming_a_file_outside_is_dropped(ws, outside, tmp_path, monkeypatch, mode):
     """An rg that did follow links (here a wrapper adding --follow) still shows nothing
@@ -197,7 +197,7 @@ async def test_output_naming_a_file_outside_is_dropped(ws, outside, tmp_path, mo
     assert "normal.txt" in out.content and "sub/code.py" in out.content
 
 
-@pytest.mark.skipif(RG is None, reason="ripgrep (rg) is not installed; .ci/run installs it")
+@needs("rg")
 @pytest.mark.parametrize(
     "options",
     [

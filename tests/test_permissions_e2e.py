@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from tests.system_tools import needs
 from tests.test_cli import cli_env, durable_agent
 
 SECRET = "hunter2-do-not-read"
@@ -41,6 +42,7 @@ def run(
         )
     assert "Traceback" not in proc.stderr, proc.stderr
     assert server.violations == [], server.violations
+    assert proc.stdout.strip(), f"no result (exit {proc.returncode}): {proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1]), server, proc.stderr
 
 
@@ -197,6 +199,7 @@ SANDBOX_PROBES = [
 ]  # fmt: skip
 
 
+@needs("bwrap")
 def test_sandboxed_bash_writes_only_the_workspace_has_no_network_and_cannot_read_denied_files(
     dev_env, tmp_path
 ):

@@ -21,12 +21,9 @@ from activities.tools.bash import run_bash
 from activities.tools.environment import RUN_TAG, kill_tagged
 from activities.tools.sandbox import SandboxPolicy, SandboxUnavailable, sandbox_argv
 from durable_agent.engine.tools import BashInput
+from tests.system_tools import needs
 
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None,
-    reason="bubblewrap (bwrap) is not installed here; .ci/run installs the Debian package "
-    "bubblewrap, so in CI these tests run",
-)
+needs_bwrap = needs("bwrap")
 SECRET = "sk-very-secret-4711"
 
 

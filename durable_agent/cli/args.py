@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from durable_agent import __version__
 from durable_agent.cli.console import FORMATS
 from durable_agent.cli.errors import CliError
+from durable_agent.cli.usage import Parser
 from durable_agent.engine.budget import parse_amount
 from durable_agent.engine.permissions import PermissionContext, PermissionMode, SandboxSpec
 from durable_agent.engine.settings import (
@@ -106,7 +107,7 @@ def controls_for(args: argparse.Namespace, workspace: Path) -> Controls:
     if sandbox is not None and not getattr(args, "no_worker", False) and not shutil.which("bwrap"):
         raise CliError(
             "the Bash sandbox is on (sandbox.enabled or --sandbox) but bubblewrap is not installed",
-            "install the Debian package bubblewrap, or turn the sandbox off",
+            "apt-get install bubblewrap, or turn the sandbox off (sandbox.enabled: false)",
         )
     return Controls(permissions, sandbox, snapshot(merged))
 
@@ -225,12 +226,21 @@ def _thinking_budget(raw: str) -> int:
     return value
 
 
+CLAUDE_USAGE = """\
+in place of `claude -p` (CI scripts, the Agent SDK's cli_path), with Claude Code's flags:
+  durable-agent -p "PROMPT" [--output-format text|json|stream-json] [--allowedTools RULE ...]
+  echo "PROMPT" | durable-agent -p
+  durable-agent -p --help      the Claude Code flags it takes"""
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="durable-agent",
-        description="A coding agent whose every step is a durable Temporal workflow step. "
-        "Without TEMPORAL_ADDRESS it starts a local Temporal dev server (SQLite, in "
+        description="A coding agent whose every step is a durable Temporal workflow step.\n"
+        "Without TEMPORAL_ADDRESS it starts a local Temporal dev server (SQLite, in\n"
         "$DURABLE_AGENT_HOME) and keeps it running for the next command.",
+        epilog=CLAUDE_USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"durable-agent {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -316,9 +326,9 @@ def parser() -> argparse.ArgumentParser:
         "environment, so a run starts without importing a worker; "
         f"{warm_env()}=0 turns it off everywhere)",
     )
-    sub.add_parser(
+    sub.add_parser(  # no help=: internal, so not listed in --help
         "warm-worker",
-        help="the background worker `server` starts (one per environment; not run by hand)",
+        description="the background worker `server` starts (one per environment; not run by hand)",
     )
 
     status = sub.add_parser("status", help="show a session's state")

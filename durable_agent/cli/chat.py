@@ -9,7 +9,12 @@ import sys
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 
 from durable_agent.cli.approving import ask_in_terminal
@@ -24,6 +29,7 @@ from durable_agent.cli.sessions import (
     new_session_id,
     new_session_queue,
     session_memo,
+    state_name,
 )
 from durable_agent.cli.watching import (
     idle_hint,
@@ -207,6 +213,14 @@ async def cmd_tail(args: argparse.Namespace) -> int:
     client = await connect(console, start_server=False)
     handle = client.get_workflow_handle(args.session_id, result_type=SessionStatus)
     try:
+        desc = await riding_out(handle.describe, console, args.session_id)
+    except RPCError as exc:
+        raise CliError(
+            f"no session {args.session_id}: {exc.message}", "durable-agent list shows sessions"
+        ) from exc
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return await _ended(handle, console, state_name(desc.status))
+    try:
         status = await riding_out(
             lambda: asyncio.wait_for(handle.query(Queries.STATUS, result_type=SessionStatus), 10),
             console,
@@ -229,4 +243,27 @@ async def cmd_tail(args: argparse.Namespace) -> int:
     if result is None:
         return EXIT_DETACHED
     console.result(args.session_id, result)
+    return 0
+
+
+async def _ended(handle: WorkflowHandle[Any, SessionStatus], console: Console, state: str) -> int:
+    """`tail` of a session that has ended: nothing to follow (no worker answers its queries);
+    how it ended, and the last prompt's answer and outcome when it completed."""
+    console.info(f"session {handle.id} has ended ({state}); nothing to follow")
+    if state != "completed":
+        console.info(f"durable-agent status {handle.id} shows what it has")
+        return 0
+    try:
+        ended = await handle.result()
+    except Exception:  # noqa: BLE001 — an unreadable result leaves the state shown
+        return 0
+    result = ended.last_result
+    if result is None:
+        console.info(
+            "it ran no prompt" + (f"; last error: {ended.last_error}" if ended.last_error else "")
+        )
+        return 0
+    if result.final_text:
+        print(result.final_text, flush=True)
+    console.result(handle.id, result)
     return 0

@@ -137,7 +137,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         )
         async with build_worker(client, task_queue, client_factory=factory) as worker:
             follow_with(client, worker)
-            code = await run_prompt(client, console, DEMO_PROMPT, config, task_queue)
+            memo = {**session_memo(task_queue, config, "demo"), "base_url": server.base_url}
+            code = await run_prompt(client, console, DEMO_PROMPT, config, task_queue, memo=memo)
         if server.violations:
             raise CliError(
                 "the demo's requests did not match the recording: " + "; ".join(server.violations)

@@ -11,6 +11,8 @@ from typing import TextIO
 from durable_agent.engine.state import ProgressEvent, ProgressKind, QueryResult, Terminal
 
 FORMATS = ("text", "json", "stream-json")
+CONNECTION_HINT = "check ANTHROPIC_BASE_URL, the network and any proxy settings"
+"""The words workflows/failures.py adds to a prompt's final connection error."""
 
 
 class Console:
@@ -24,6 +26,7 @@ class Console:
         self.err = err
         self._spin = itertools.cycle("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
         self._spinning = False
+        self._hinted = False
         self._started = time.monotonic()
 
     def info(self, text: str) -> None:
@@ -45,8 +48,21 @@ class Console:
                 print(f"    {mark} {event.text}", file=self.err, flush=True)
             elif event.kind in (ProgressKind.STATUS, ProgressKind.RETRY):
                 print(f"  · {event.text}", file=self.err, flush=True)
+                if event.kind == ProgressKind.RETRY and not self._hinted:
+                    self._hint_connection(event.text)
             elif event.kind == ProgressKind.APPROVAL:
                 print(f"  ? {event.text}", file=self.err, flush=True)
+
+    def _hint_connection(self, text: str) -> None:
+        """With the first retry of an API that cannot be reached, what to check: the prompt
+        keeps retrying for minutes and its final error would be the first to say it."""
+        if text.startswith(("ConnectionError (", "ConnectionReset (")):
+            self._hinted = True
+            print(
+                f"    hint: {CONNECTION_HINT} (the call keeps retrying; Ctrl-C stops it)",
+                file=self.err,
+                flush=True,
+            )
 
     def spin(self, what: str) -> None:
         if self.format != "text" or not self.err.isatty():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import uuid
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from durable_agent.engine.state import Terminal
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.faults.harness import WorkerProcess, process_env
 from tests.helpers import start_session
+from tests.system_tools import require
 
 SECRET = "s3cr3t-outside-the-workspace"
 
@@ -40,8 +40,8 @@ def _workspace(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("ripgrep", [True, False], ids=["ripgrep", "python-fallback"])
 async def test_tools_and_hooks_stay_inside_and_see_no_secrets(own_server, tmp_path, ripgrep):
-    if ripgrep and shutil.which("rg") is None:
-        pytest.skip("ripgrep is not installed (.ci/run installs it)")
+    if ripgrep:
+        require("rg")
     workspace = _workspace(tmp_path)
     calls = [
         ("g1", "Grep", {"pattern": "root|needle", "output_mode": "content"}),

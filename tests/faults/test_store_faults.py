@@ -4,6 +4,7 @@ fail with EFBIG, as on a full disk): the answer is kept, no second API call, no 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import resource
 import signal
@@ -11,6 +12,7 @@ import uuid
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 
 from durable_agent.engine.contracts import SessionInput
 from durable_agent.engine.state import QueryConfig, Terminal
@@ -24,6 +26,18 @@ LIMIT = 4096  # room for the prompt's entry, not for the 20 KB answer
 def _small_files() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, resource.RLIM_INFINITY))
+
+
+async def _failed_attempts(client: Client, workflow_id: str, attempts: int) -> None:
+    """Until an activity of `workflow_id` is on its `attempts`-th try (the ones before failed)."""
+    handle = client.get_workflow_handle(workflow_id)
+    for _ in range(600):
+        with contextlib.suppress(RPCError):  # the prompt's workflow may not have started yet
+            pending = (await handle.describe()).raw_description.pending_activities
+            if max((a.attempt for a in pending), default=0) >= attempts:
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no activity of {workflow_id} reached attempt {attempts}")
 
 
 async def test_a_write_cut_short_keeps_the_answer_and_calls_the_api_once(own_server, tmp_path):
@@ -49,7 +63,7 @@ async def test_a_write_cut_short_keeps_the_answer_and_calls_the_api_once(own_ser
                 id=sid, task_queue=task_queue,
             )  # fmt: skip
             await wait_for(lambda: len(api.requests) >= 1, 30, "the model call")
-            await asyncio.sleep(4)  # a few attempts fail to store the answer
+            await _failed_attempts(client, f"{sid}-q1", 3)  # ... to store the answer
             transcript = next((home / "sessions").glob("*.jsonl"))
             lines = transcript.read_bytes().split(b"\n")
             assert lines[-1] == b"" and len(lines) == 2, "only the prompt, whole"
