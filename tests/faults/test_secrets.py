@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import uuid
 from pathlib import Path
 
@@ -91,3 +92,56 @@ def _path_without_rg(tmp_path: Path, path: str) -> str:
                 (shadow / tool.name).symlink_to(tool)
         out.append(str(shadow))
     return os.pathsep.join(out)
+
+
+PROBE = Path(__file__).parents[1] / "secret_probe.py"
+
+
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["plain", "sandboxed"])
+async def test_bash_and_hooks_cannot_read_the_workers_environment_or_memory(
+    own_server, tmp_path, sandboxed
+):
+    """The real worker, holding credentials: a Bash call and a Stop hook each run the probe
+    (`/proc/$PPID/environ`, `ps axeww`, every /proc/*/environ, `/proc/$PPID/mem`) and find no
+    credential; a value that is no secret shows, so the probe could see."""
+    if sandboxed and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
+    token = uuid.uuid4().hex
+    secrets = {
+        "ANTHROPIC_API_KEY": f"probe-secret-key-{token}",
+        "ANTHROPIC_AUTH_TOKEN": f"probe-secret-token-{token}",
+        "TEMPORAL_API_KEY": f"probe-secret-temporal-{token}",
+    }
+    visible = f"probe-secret-visible-{token}"
+    workspace = tmp_path / "ws"
+    (workspace / ".claude").mkdir(parents=True)
+    probe = f"{sys.executable} {PROBE} $PPID"
+    settings: dict[str, object] = {
+        "hooks": {"Stop": [{"hooks": [{"type": "command", "command": f"{probe} > hook.txt"}]}]}
+    }
+    if sandboxed:
+        settings["sandbox"] = {"enabled": True}
+    (workspace / ".claude" / "settings.json").write_text(json.dumps(settings))
+    turns = [tool_turn([("b1", "Bash", {"command": probe})]), text_turn("done")]
+    task_queue = f"secrets-{uuid.uuid4()}"
+    with ReplayServer(turns) as api:
+        env = process_env(
+            tmp_path, own_server.address, api.base_url, task_queue, PROBE_VISIBLE=visible,
+            **secrets,
+        )  # fmt: skip
+        with WorkerProcess(env, tmp_path / "worker.log"):
+            client = await Client.connect(
+                own_server.address, data_converter=pydantic_data_converter
+            )
+            _, handle = await start_session(client, workspace, task_queue, prefix="secrets")
+            status = await handle.result()
+    assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
+    (result,) = api.requests[1]["messages"][-1]["content"]
+    bash, hook = result["content"], (workspace / "hook.txt").read_text()
+    sent = json.dumps(api.headers[0])  # the worker had the credentials, and used one
+    assert secrets["ANTHROPIC_API_KEY"] in sent or secrets["ANTHROPIC_AUTH_TOKEN"] in sent
+    for shown in (bash, hook):
+        assert not [s for s in secrets.values() if s in shown], shown
+        assert "mem: denied" in shown or sandboxed, shown
+        assert f"all environ: ['{visible}']" in shown or sandboxed, shown
+    assert "mem: denied" in hook and f"parent environ: ['{visible}']" in hook, hook
