@@ -261,3 +261,24 @@ def test_a_tool_cannot_read_its_workers_environment_or_memory(user):
     # The probe could see: the value that is no secret shows wherever it was readable.
     assert f"all environ: ['{visible}']" in shown["protected"]
     assert f"ps: ['{visible}']" in shown["protected"]
+
+
+def test_the_operator_names_more_variables_to_withhold(monkeypatch):
+    """The project's credentials and what DURABLE_AGENT_WITHHOLD_ENV names (exactly, or by a
+    prefix) reach no tool, from the worker's environment or from a settings file's `env`."""
+    from activities.tools.environment import SETTINGS_ENV, WITHHOLD_ENV, tool_environment
+
+    monkeypatch.setenv(WITHHOLD_ENV, "MY_DB_PASSWORD, VAULT_*,*")  # a lone * withholds nothing
+    kept = {"PATH": "/bin", "VAULT": "kept", "MY_DB_PASSWORD_HINT": "kept", "ANTHROPIC_MODEL": "m"}
+    withheld = {
+        "MY_DB_PASSWORD": "1", "VAULT_TOKEN": "2", "TEMPORAL_API_KEY": "3",
+        "TEMPORAL_TLS_CLIENT_KEY_PATH": "4", "DURABLE_AGENT_STORE_URL": "5",
+        "DURABLE_AGENT_CODEC_KEY": "6", "ANTHROPIC_CUSTOM_HEADERS": "7", "ANTHROPIC_API_KEY": "8",
+        "ANTHROPIC_AUTH_TOKEN": "9",
+    }  # fmt: skip
+    token = SETTINGS_ENV.set({"VAULT_ADDR": "from-settings", "TEAM": "from-settings"})
+    try:
+        env = tool_environment(base={**kept, **withheld})
+    finally:
+        SETTINGS_ENV.reset(token)
+    assert env == {**kept, "TEAM": "from-settings"}

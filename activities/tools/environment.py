@@ -1,9 +1,11 @@
 """The environment a tool process or hook runs with: the worker's, minus our secrets and plumbing.
 
-The model's credentials (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`), the Temporal connection
-(`TEMPORAL_*`) and durable-agent's own settings (`DURABLE_AGENT_*`) are for the worker, never for
-a command the model wrote or a hook a settings file names. Neither sees them in its own
-environment, nor in the worker's (`protect_worker_process`, before the first tool or hook):
+The model's credentials (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`, `ANTHROPIC_CUSTOM_HEADERS`),
+the Temporal connection (`TEMPORAL_*`: address, API key, TLS key and its path), durable-agent's own
+settings (`DURABLE_AGENT_*`: a store URL, a codec key) and whatever the operator names in
+`DURABLE_AGENT_WITHHOLD_ENV` are for the worker, never for a command the model wrote or a hook a
+settings file names. Neither sees them in its own environment (a settings file's `env` cannot
+set them either), nor in the worker's (`protect_worker_process`, before the first tool or hook):
 - `/proc/$PPID/environ` (and `ps eww`) shows the block the worker was started with, whatever
   os.environ became since: the worker blanks their values there (`scrub_initial_environment`).
 - `/proc/$PPID/mem` (and ptrace, process_vm_readv) would show them in the worker's heap: the
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import time
@@ -26,12 +29,29 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 
-_SECRET_NAMES = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"})
+_SECRET_NAMES = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"})
 _PRIVATE_PREFIXES = ("TEMPORAL_", "DURABLE_AGENT_")
+
+WITHHOLD_ENV = "DURABLE_AGENT_WITHHOLD_ENV"
+"""More variables no tool or hook may see, named by the operator: comma- or space-separated
+names; `NAME*` withholds every variable whose name starts with NAME (`PGPASSWORD,VAULT_*`)."""
+
+
+@functools.cache
+def _withheld(raw: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The names and the name prefixes a WITHHOLD_ENV value lists (a lone `*` is ignored: it
+    would leave tools without PATH)."""
+    entries = raw.replace(",", " ").split()
+    exact = frozenset(e for e in entries if not e.endswith("*"))
+    return exact, tuple(e[:-1] for e in entries if e.endswith("*") and len(e) > 1)
 
 
 def is_private(name: str) -> bool:
-    return name in _SECRET_NAMES or name.startswith(_PRIVATE_PREFIXES)
+    """A variable that stays with the worker: ours, or one the operator withholds."""
+    if name in _SECRET_NAMES or name.startswith(_PRIVATE_PREFIXES):
+        return True
+    exact, prefixes = _withheld(os.environ.get(WITHHOLD_ENV, ""))
+    return name in exact or name.startswith(prefixes)
 
 
 def scrub_initial_environment() -> int:
