@@ -9,6 +9,7 @@ import asyncio
 import sys
 
 from durable_agent.cli import hard_exit
+from durable_agent.codec import CodecKeyError
 from durable_agent.wiring import main
 
 if __name__ == "__main__":
@@ -16,6 +17,10 @@ if __name__ == "__main__":
         asyncio.run(main())
     except KeyboardInterrupt:
         hard_exit(130)
+    except CodecKeyError as exc:
+        print(f"durable-agent worker: {exc}", file=sys.stderr)
+        print(f"hint: {exc.hint}", file=sys.stderr)
+        hard_exit(1)
     except RuntimeError as exc:
         print(f"durable-agent worker: {exc}", file=sys.stderr)
         print(

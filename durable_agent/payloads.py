@@ -1,9 +1,16 @@
-"""The data converter: pydantic models, and a filesystem store for any payload over 256 KiB.
+"""The data converter: pydantic models, encrypted when a key is set, and a filesystem store for
+any payload over 256 KiB.
 
 The workflows never send large payloads by design (ids, not transcripts); this is the safety
 net DESIGN.md §3 asks for, so that an oversized payload is offloaded instead of leaving a
 workflow stuck. Payloads are content-addressed files under `$DURABLE_AGENT_HOME/payloads`,
 which the client and every worker must share (a fleet would use the S3 driver instead).
+
+With `DURABLE_AGENT_CODEC_KEY` (or `DURABLE_AGENT_CODEC_KEY_FILE`) every payload — a settings
+file's `env` values, prompts, tool output, query answers — is AES-GCM encrypted before it leaves
+the process (before offloading too), so the server's history holds none of it in plaintext.
+The CLI and every worker need the same keys; `python -m durable_agent.codec_server` decodes for
+the Web UI and `temporal` CLI of an operator who holds them (durable_agent/codec.py).
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from temporalio.api.common.v1 import Payload
@@ -24,6 +32,10 @@ from temporalio.converter import (
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
 )
+
+from durable_agent.codec import EncryptionCodec, codec_from_env
+
+__all__ = ["EncryptionCodec", "FilesystemDriver", "codec_from_env", "data_converter"]
 
 
 class FilesystemDriver(StorageDriver):
@@ -64,6 +76,14 @@ class FilesystemDriver(StorageDriver):
         return payload
 
 
-def data_converter(home: Path) -> DataConverter:
+def data_converter(home: Path, env: Mapping[str, str] | None = None) -> DataConverter:
+    """The converter of every client and worker; encrypting when `env` (default: this
+    process's) sets a codec key (see `codec_from_env`)."""
     storage = ExternalStorage(drivers=[FilesystemDriver(home / "payloads")])
-    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    converter = dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    codec = codec_from_env(os.environ if env is None else env)
+    if codec is None:
+        return converter
+    # Failure messages stay plain text: the CLI's stall lines read them from the server, and
+    # they carry errors (API, store), not what a prompt or settings hold.
+    return dataclasses.replace(converter, payload_codec=codec)

@@ -19,6 +19,7 @@ from activities.heartbeat import HEARTBEAT_INTERVAL_SECONDS
 from activities.hooks import HookActivities
 from activities.model import ClientFactory, ModelActivities, default_client
 from activities.tools import ToolActivities
+from activities.tools.environment import protect_worker_process
 from activities.transcript import StoreActivities, TranscriptStore
 from durable_agent import telemetry
 from durable_agent.paths import state_home
@@ -39,6 +40,8 @@ def build_worker(
     max_concurrent_activities: int = 50,
     model: ModelActivities | None = None,
 ) -> Worker:
+    # Before any tool or hook runs: none of them may read this process's credentials.
+    protect_worker_process()
     store = store or TranscriptStore(state_home())
     model = model or ModelActivities(store, client_factory, temporal=client)
     compaction = CompactionActivities(model)

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -197,3 +201,84 @@ async def test_api_key_and_auth_token_are_nowhere(served, tmp_path):
     workspaces = (ws_key, ws_token, ws_helper)
     places |= {str(p): d for ws in workspaces for p, d in files_under(ws).items()}
     assert_nowhere([key, token, helper_key], places)
+
+
+PROBE = Path(__file__).with_name("secret_probe.py")
+ENVIRONMENT_MODULE = Path(__file__).parents[1] / "activities" / "tools" / "environment.py"
+WORKER_LIKE = """
+import importlib.util, subprocess, sys
+spec = importlib.util.spec_from_file_location("environment", sys.argv[1])
+environment = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(environment)
+if sys.argv[3] == "unprotected":  # the control: only what the worker did before
+    environment._protected = True
+    environment.scrub_initial_environment()
+probe = ["bash", "-c", 'exec "$0" "$1" $PPID', sys.executable, sys.argv[2]]
+subprocess.run(probe, env=environment.tool_environment(), check=True)
+"""
+"""A process that holds a key in its environment like a worker, protects itself as a worker
+does (environment.py only, so any Python runs it, as any user) and runs the probe as a tool."""
+
+
+def probe_secret(kind: str) -> str:
+    """A value the probe recognizes (it prints each `probe-secret-…` it finds)."""
+    return f"probe-secret-{kind}-{uuid.uuid4().hex}"
+
+
+def as_user(user: str) -> list[str] | None:
+    """The command line prefix that runs a Python as `user` (root, or a plain user: nobody
+    when this test runs as root), or None when this machine cannot."""
+    root = os.geteuid() == 0
+    if user == "root":
+        return [sys.executable] if root else None
+    if not root:
+        return [sys.executable]
+    python = "/usr/bin/python3"  # the venv's interpreter may sit in root's private home
+    if shutil.which("setpriv") is None or not os.access(python, os.X_OK):
+        return None
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python]
+
+
+@pytest.mark.parametrize("user", ["root", "plain-user"])
+def test_a_tool_cannot_read_its_workers_environment_or_memory(user):
+    """`cat /proc/$PPID/environ`, `ps axeww`, every /proc/*/environ and /proc/$PPID/mem, from a
+    process the worker started: the key is in none. The control (the worker as it was: its
+    initial environment blanked, nothing more) shows the probe finds the key in memory."""
+    prefix = as_user(user)
+    if prefix is None:
+        pytest.skip(f"cannot run a process as {user} here")
+    key, visible = probe_secret("key"), probe_secret("visible")
+    env = {"PATH": os.environ["PATH"], "ANTHROPIC_API_KEY": key, "PROBE_VISIBLE": visible}
+    shown = {}
+    for mode in ("unprotected", "protected"):
+        argv = [*prefix, "-c", WORKER_LIKE, str(ENVIRONMENT_MODULE), str(PROBE), mode]
+        proc = subprocess.run(argv, env=env, cwd="/", capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        shown[mode] = proc.stdout
+    assert key in shown["unprotected"].split("mem:")[1], shown["unprotected"]
+    assert key not in shown["protected"], shown["protected"]
+    assert "mem: denied" in shown["protected"]
+    # The probe could see: the value that is no secret shows wherever it was readable.
+    assert f"all environ: ['{visible}']" in shown["protected"]
+    assert f"ps: ['{visible}']" in shown["protected"]
+
+
+def test_the_operator_names_more_variables_to_withhold(monkeypatch):
+    """The project's credentials and what DURABLE_AGENT_WITHHOLD_ENV names (exactly, or by a
+    prefix) reach no tool, from the worker's environment or from a settings file's `env`."""
+    from activities.tools.environment import SETTINGS_ENV, WITHHOLD_ENV, tool_environment
+
+    monkeypatch.setenv(WITHHOLD_ENV, "MY_DB_PASSWORD, VAULT_*,*")  # a lone * withholds nothing
+    kept = {"PATH": "/bin", "VAULT": "kept", "MY_DB_PASSWORD_HINT": "kept", "ANTHROPIC_MODEL": "m"}
+    withheld = {
+        "MY_DB_PASSWORD": "1", "VAULT_TOKEN": "2", "TEMPORAL_API_KEY": "3",
+        "TEMPORAL_TLS_CLIENT_KEY_PATH": "4", "DURABLE_AGENT_STORE_URL": "5",
+        "DURABLE_AGENT_CODEC_KEY": "6", "ANTHROPIC_CUSTOM_HEADERS": "7", "ANTHROPIC_API_KEY": "8",
+        "ANTHROPIC_AUTH_TOKEN": "9",
+    }  # fmt: skip
+    token = SETTINGS_ENV.set({"VAULT_ADDR": "from-settings", "TEAM": "from-settings"})
+    try:
+        env = tool_environment(base={**kept, **withheld})
+    finally:
+        SETTINGS_ENV.reset(token)
+    assert env == {**kept, "TEAM": "from-settings"}

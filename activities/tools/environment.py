@@ -1,16 +1,27 @@
 """The environment a tool process or hook runs with: the worker's, minus our secrets and plumbing.
 
-The model's credentials (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`), the Temporal connection
-(`TEMPORAL_*`) and durable-agent's own settings (`DURABLE_AGENT_*`) are for the worker, never for
-a command the model wrote or a hook a settings file names. Neither sees them in its own
-environment, nor in the worker's: `/proc/$PPID/environ` shows the block the worker was started
-with, so before its first tool or hook runs the worker blanks their values there
-(`scrub_initial_environment`).
+The model's credentials (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`, `ANTHROPIC_CUSTOM_HEADERS`),
+the Temporal connection (`TEMPORAL_*`: address, API key, TLS key and its path), durable-agent's own
+settings (`DURABLE_AGENT_*`: a store URL, a codec key) and whatever the operator names in
+`DURABLE_AGENT_WITHHOLD_ENV` are for the worker, never for a command the model wrote or a hook a
+settings file names. Neither sees them in its own environment (a settings file's `env` cannot
+set them either), nor in the worker's (`protect_worker_process`, before the first tool or hook):
+- `/proc/$PPID/environ` (and `ps eww`) shows the block the worker was started with, whatever
+  os.environ became since: the worker blanks their values there (`scrub_initial_environment`).
+- `/proc/$PPID/mem` (and ptrace, process_vm_readv) would show them in the worker's heap: the
+  worker is not dumpable, which stops a process of the same user; and, run as root, it takes
+  CAP_SYS_PTRACE (and the other capabilities that read another process's or the kernel's
+  memory) out of its bounding set, so no process it starts has them, and root without
+  CAP_SYS_PTRACE cannot read a process that holds it either.
+A root tool still holds CAP_SYS_ADMIN (bubblewrap needs it) and so can reconfigure the kernel;
+for a workspace you do not trust, run the worker as a plain user or turn the sandbox on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 import time
@@ -18,12 +29,29 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 
-_SECRET_NAMES = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"})
+_SECRET_NAMES = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"})
 _PRIVATE_PREFIXES = ("TEMPORAL_", "DURABLE_AGENT_")
+
+WITHHOLD_ENV = "DURABLE_AGENT_WITHHOLD_ENV"
+"""More variables no tool or hook may see, named by the operator: comma- or space-separated
+names; `NAME*` withholds every variable whose name starts with NAME (`PGPASSWORD,VAULT_*`)."""
+
+
+@functools.cache
+def _withheld(raw: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The names and the name prefixes a WITHHOLD_ENV value lists (a lone `*` is ignored: it
+    would leave tools without PATH)."""
+    entries = raw.replace(",", " ").split()
+    exact = frozenset(e for e in entries if not e.endswith("*"))
+    return exact, tuple(e[:-1] for e in entries if e.endswith("*") and len(e) > 1)
 
 
 def is_private(name: str) -> bool:
-    return name in _SECRET_NAMES or name.startswith(_PRIVATE_PREFIXES)
+    """A variable that stays with the worker: ours, or one the operator withholds."""
+    if name in _SECRET_NAMES or name.startswith(_PRIVATE_PREFIXES):
+        return True
+    exact, prefixes = _withheld(os.environ.get(WITHHOLD_ENV, ""))
+    return name in exact or name.startswith(prefixes)
 
 
 def scrub_initial_environment() -> int:
@@ -55,7 +83,61 @@ def scrub_initial_environment() -> int:
     return blanked
 
 
-_scrubbed = False
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_LOWER = 47, 3
+_MEMORY_READING_CAPS = {"CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_PTRACE": 19,
+                        "CAP_PERFMON": 38, "CAP_BPF": 39}  # fmt: skip
+"""Capabilities no process the worker starts may hold: each reads another process's memory
+(ptrace), the kernel's (/dev/mem, /proc/kcore) or loads code that can (modules, BPF, perf)."""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_uint32) for f in ("effective", "permitted", "inheritable")]
+
+
+def _drop_inheritable(libc: ctypes.CDLL, caps: list[int]) -> None:
+    """Take `caps` out of this process's inheritable set (an exec'd program run as root gets
+    its inheritable set back in its permitted one, bounding set or not)."""
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        return
+    if not any(data[c // 32].inheritable & (1 << c % 32) for c in caps):
+        return
+    for c in caps:
+        data[c // 32].inheritable &= ~(1 << c % 32) & 0xFFFFFFFF
+    libc.capset(ctypes.byref(header), data)
+
+
+def protect_worker_process() -> None:
+    """Once per process, before it runs a tool or hook: blank the private values of its
+    initial environment block, make it non-dumpable, and take the memory-reading capabilities
+    out of what its children can hold (see the module's docstring). Linux only; each step that
+    the platform or the process's privileges refuse is skipped."""
+    global _protected
+    if _protected:
+        return
+    _protected = True
+    scrub_initial_environment()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return
+    prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    caps = sorted(_MEMORY_READING_CAPS.values())
+    for cap in caps:  # EPERM without CAP_SETPCAP (not root: nothing to drop), EINVAL if unknown
+        prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_LOWER, cap, 0, 0)
+    _drop_inheritable(libc, caps)
+
+
+_protected = False
 
 
 def tool_environment(
@@ -63,12 +145,9 @@ def tool_environment(
 ) -> dict[str, str]:
     """`base` (default: this process's environment) without private names, plus the settings'
     `env` (`SETTINGS_ENV`); `CLAUDE_PROJECT_DIR` set to the workspace when one is given, as
-    Claude Code does for hooks and tools. The first
-    call scrubs this process's initial environment block (every process is started with one)."""
-    global _scrubbed
-    if not _scrubbed:
-        scrub_initial_environment()
-        _scrubbed = True
+    Claude Code does for hooks and tools. The first call protects this process
+    (`protect_worker_process`): whoever asks for a tool's environment is about to start one."""
+    protect_worker_process()
     env = {k: v for k, v in (os.environ if base is None else base).items() if not is_private(k)}
     extra = SETTINGS_ENV.get()
     if extra:

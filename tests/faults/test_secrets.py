@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import uuid
 from pathlib import Path
 
@@ -91,3 +93,70 @@ def _path_without_rg(tmp_path: Path, path: str) -> str:
                 (shadow / tool.name).symlink_to(tool)
         out.append(str(shadow))
     return os.pathsep.join(out)
+
+
+PROBE = Path(__file__).parents[1] / "secret_probe.py"
+
+
+def probed(value: str) -> str:
+    """The part of a value the probe prints when it finds it."""
+    found = re.search(r"probe-secret-[\w-]+", value)
+    assert found is not None, value
+    return found.group()
+
+
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["plain", "sandboxed"])
+async def test_bash_and_hooks_cannot_read_the_workers_environment_or_memory(
+    own_server, tmp_path, sandboxed
+):
+    """The real worker, holding the project's credentials and two the operator withholds: a
+    Bash call and a Stop hook each run the probe (`/proc/$PPID/environ`, `ps axeww`, every
+    /proc/*/environ, their own included, and `/proc/$PPID/mem`) and find none; a value that
+    is no secret shows, so the probe could see."""
+    if sandboxed:
+        require("bwrap")
+    token = uuid.uuid4().hex
+    secrets = {
+        "ANTHROPIC_API_KEY": f"probe-secret-key-{token}",
+        "ANTHROPIC_AUTH_TOKEN": f"probe-secret-token-{token}",
+        "ANTHROPIC_CUSTOM_HEADERS": f"x-auth: probe-secret-headers-{token}",
+        "TEMPORAL_API_KEY": f"probe-secret-temporal-{token}",
+        "TEMPORAL_TLS_CLIENT_KEY_DATA": f"probe-secret-tls-{token}",
+        "DURABLE_AGENT_STORE_URL": f"postgres://agent:probe-secret-store-{token}@db/agent",
+        "DURABLE_AGENT_CODEC_KEY": f"probe-secret-codec-{token}",
+        "MY_DB_PASSWORD": f"probe-secret-operator-{token}",  # named by the operator
+        "VAULT_TOKEN": f"probe-secret-vault-{token}",  # by a prefix
+    }
+    visible = f"probe-secret-visible-{token}"
+    workspace = tmp_path / "ws"
+    (workspace / ".claude").mkdir(parents=True)
+    probe = f"{sys.executable} {PROBE} $PPID"
+    settings: dict[str, object] = {
+        "hooks": {"Stop": [{"hooks": [{"type": "command", "command": f"{probe} > hook.txt"}]}]}
+    }
+    if sandboxed:
+        settings["sandbox"] = {"enabled": True}
+    (workspace / ".claude" / "settings.json").write_text(json.dumps(settings))
+    turns = [tool_turn([("b1", "Bash", {"command": probe})]), text_turn("done")]
+    task_queue = f"secrets-{uuid.uuid4()}"
+    with ReplayServer(turns) as api:
+        env = process_env(
+            tmp_path, own_server.address, api.base_url, task_queue, PROBE_VISIBLE=visible,
+            DURABLE_AGENT_WITHHOLD_ENV="MY_DB_PASSWORD, VAULT_*", **secrets,
+        )  # fmt: skip
+        with WorkerProcess(env, tmp_path / "worker.log"):
+            client = await Client.connect(
+                own_server.address, data_converter=pydantic_data_converter
+            )
+            _, handle = await start_session(client, workspace, task_queue, prefix="secrets")
+            status = await handle.result()
+    assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
+    (result,) = api.requests[1]["messages"][-1]["content"]
+    bash, hook = result["content"], (workspace / "hook.txt").read_text()
+    sent = json.dumps(api.headers[0])  # the worker had the credentials, and used one
+    assert secrets["ANTHROPIC_API_KEY"] in sent or secrets["ANTHROPIC_AUTH_TOKEN"] in sent
+    for shown in (bash, hook):
+        assert not [s for s in secrets.values() if probed(s) in shown], shown
+        assert "mem: denied" in shown or sandboxed, shown
+        assert f"all environ: ['{visible}']" in shown or sandboxed, shown
+    assert "mem: denied" in hook and f"parent environ: ['{visible}']" in hook, hook
