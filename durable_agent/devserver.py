@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from durable_agent.secrets import without_private
+
 # DESIGN.md §5: the default per-workflow throttle makes each activity step cost ~50 ms.
 DYNAMIC_CONFIG = [
     "history.transferProcessorMaxPollRPS=2000",
@@ -212,6 +214,7 @@ def _start(home: Path, startup_timeout: float) -> tuple[DevServerInfo, bool]:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=without_private(os.environ),  # a tool may read /proc/<server>/environ
         )
     deadline = time.monotonic() + startup_timeout
     while not port_open("127.0.0.1", port):

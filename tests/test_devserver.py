@@ -12,3 +12,22 @@ def test_the_dev_server_keeps_its_sqlite_file_in_wal_mode(tmp_path):
     with DevServer(db):
         mode = sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+
+
+def test_the_embedded_dev_server_does_not_hold_the_projects_secrets(tmp_path, monkeypatch):
+    """A tool may read /proc/<server>/environ: the server gets no private variable."""
+    from pathlib import Path
+
+    from durable_agent.devserver import ensure_dev_server, stop_dev_server
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-never-in-the-server")
+    monkeypatch.setenv("DURABLE_AGENT_WITHHOLD_ENV", "VAULT_*")
+    monkeypatch.setenv("VAULT_TOKEN", "vault-never-in-the-server")
+    home = tmp_path / "home"
+    info, _ = ensure_dev_server(home)
+    try:
+        environ = Path(f"/proc/{info.pid}/environ").read_bytes()
+    finally:
+        stop_dev_server(home)
+    assert b"PATH=" in environ  # it was read
+    assert b"never-in-the-server" not in environ

@@ -21,3 +21,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/faults/" in str(item.fspath):
             item.add_marker(pytest.mark.faults)
+            # Under pytest-xdist the fault tests run one at a time, on one worker: each kills
+            # and times real processes, and two at once would measure each other.
+            item.add_marker(pytest.mark.xdist_group("faults"))

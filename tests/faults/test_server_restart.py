@@ -27,7 +27,7 @@ from tests.faults.harness import ROOT, DevServer, WorkerProcess, process_env, wa
 
 BASH_RUNS = int(os.environ.get("DURABLE_AGENT_RESTART_RUNS", "10"))
 OTHER_RUNS = int(os.environ.get("DURABLE_AGENT_RESTART_OTHER_RUNS", "5"))
-AT_ONCE = int(os.environ.get("DURABLE_AGENT_RESTART_AT_ONCE", "10"))
+AT_ONCE = int(os.environ.get("DURABLE_AGENT_RESTART_AT_ONCE", "5"))
 """Runs in flight together (each with its own server, worker and CLI; mostly waiting)."""
 BACK_WITHIN = 60.0
 """Issue 27: every run completes within 60 s of the restart."""
@@ -92,7 +92,8 @@ async def _perform(tmp_path: Path, run: Run) -> None:
             run.api = api
             env = process_env(run_dir, server.address, api.base_url, task_queue)
             with WorkerProcess(env, run_dir / "worker.log") as worker:
-                await worker.polling(await Client.connect(server.address), task_queue)
+                # several workers import at once on 2 cores: their start is not what is measured
+                await worker.polling(await Client.connect(server.address), task_queue, 180)
                 cli = _cli(run.workspace, env, run_dir / "cli")
                 try:
                     await _fault(server, cli, run, run_dir)
