@@ -186,7 +186,11 @@ async def watch(
     try:
         while True:
             done = result.done()
-            since, events = await _show_events(child, console, since)
+            since, events, answered = await _show_events(child, console, since)
+            if done and not answered:
+                # The prompt ended but its last events did not come (the worker that answers
+                # queries is reconnecting after an outage): ask again, or its answer is lost.
+                since, events = await _last_events(child, console, since, events)
             if events and on_events is not None:
                 await on_events(events)
             await stall.say(console, bool(events), idle_seconds)
@@ -228,10 +232,31 @@ async def _started(child: WorkflowHandle[Any, Any]) -> bool:
     return desc.raw_description.workflow_execution_info.history_length > 3
 
 
+LAST_EVENTS_SECONDS = 60.0
+"""How long a finished prompt's last events are asked for before the result is shown without
+them (a progress query needs a worker: after a server restart, one that has reconnected)."""
+
+
+async def _last_events(
+    child: WorkflowHandle[Any, Any], console: Console, since: int, shown: list[ProgressEvent]
+) -> tuple[int, list[ProgressEvent]]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LAST_EVENTS_SECONDS
+    while loop.time() < deadline:
+        await asyncio.sleep(1.0)
+        since, events, answered = await _show_events(child, console, since)
+        shown = shown + events
+        if answered:
+            return since, shown
+    console.info("the prompt's last progress could not be read (no worker answered)")
+    return since, shown
+
+
 async def _show_events(
     child: WorkflowHandle[Any, Any], console: Console, since: int
-) -> tuple[int, list[ProgressEvent]]:
-    """Print the events after `since`; the next index, and those events."""
+) -> tuple[int, list[ProgressEvent], bool]:
+    """Print the events after `since`; the next index, those events, and whether the query was
+    answered at all."""
     try:
         events = await asyncio.wait_for(
             child.query(
@@ -240,13 +265,13 @@ async def _show_events(
             QUERY_TIMEOUT.total_seconds() + 1,
         )
     except (RPCError, TimeoutError):
-        return since, []  # not started yet
+        return since, [], False  # not started yet, or no worker answers now
     except Exception:  # noqa: BLE001 — a failed query must not end the watch
-        return since, []
+        return since, [], False
     for event in events:
         console.event(event)
         since = event.index + 1
-    return since, events
+    return since, events, True
 
 
 async def query_result(child: WorkflowHandle[Any, QueryResult]) -> QueryResult:

@@ -17,6 +17,7 @@ def own_server(tmp_path: Path) -> Iterator[DevServer]:
         yield server
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads xdist_group into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/faults/" in str(item.fspath):

@@ -154,6 +154,24 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    async def outcome(self, waiting: Any, seconds: float = 300) -> Any:
+        """Await `waiting` (a handle's result()) while this worker lives: a worker that exits
+        (refusing its settings, say) fails the test with its log's last lines at once, not
+        after the test's timeout."""
+        assert self.proc is not None, "start it first"
+        task = asyncio.ensure_future(waiting)
+        deadline = time.monotonic() + seconds
+        while not task.done():
+            if self.proc.poll() is not None and not task.done():
+                task.cancel()
+                tail = self.log.read_text(errors="replace")[-2000:] if self.log else ""
+                raise AssertionError(f"the worker exited ({self.proc.returncode}):\n{tail}")
+            if time.monotonic() > deadline:
+                task.cancel()
+                raise AssertionError(f"no outcome in {seconds:.0f} s")
+            await asyncio.wait({task}, timeout=0.5)
+        return task.result()
+
     async def polling(self, client: Client, task_queue: str, seconds: float = 75) -> None:
         """Until this worker polls both the workflow and the activity queue: a standby worker,
         so that a kill measures the system's recovery (heartbeat timeout, retry), not the

@@ -4,6 +4,7 @@ neither a tool process nor a hook sees the model's key or the worker's plumbing.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from durable_agent.engine.state import Terminal
+from durable_agent.payloads import data_converter
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.faults.harness import WorkerProcess, process_env
 from tests.helpers import start_session
@@ -123,7 +125,8 @@ async def test_bash_and_hooks_cannot_read_the_workers_environment_or_memory(
         "TEMPORAL_API_KEY": f"probe-secret-temporal-{token}",
         "TEMPORAL_TLS_CLIENT_KEY_DATA": f"probe-secret-tls-{token}",
         "DURABLE_AGENT_STORE_URL": f"postgres://agent:probe-secret-store-{token}@db/agent",
-        "DURABLE_AGENT_CODEC_KEY": f"probe-secret-codec-{token}",
+        # a key id the probe looks for, then a usable key: the worker refuses a bad one
+        "DURABLE_AGENT_CODEC_KEY": f"probe-secret-codec-{token}:{base64.b64encode(os.urandom(32)).decode()}",
         "MY_DB_PASSWORD": f"probe-secret-operator-{token}",  # named by the operator
         "VAULT_TOKEN": f"probe-secret-vault-{token}",  # by a prefix
     }
@@ -144,12 +147,11 @@ async def test_bash_and_hooks_cannot_read_the_workers_environment_or_memory(
             tmp_path, own_server.address, api.base_url, task_queue, PROBE_VISIBLE=visible,
             DURABLE_AGENT_WITHHOLD_ENV="MY_DB_PASSWORD, VAULT_*", **secrets,
         )  # fmt: skip
-        with WorkerProcess(env, tmp_path / "worker.log"):
-            client = await Client.connect(
-                own_server.address, data_converter=pydantic_data_converter
-            )
+        with WorkerProcess(env, tmp_path / "worker.log") as worker:
+            converter = data_converter(Path(env["DURABLE_AGENT_HOME"]), env)  # the codec too
+            client = await Client.connect(own_server.address, data_converter=converter)
             _, handle = await start_session(client, workspace, task_queue, prefix="secrets")
-            status = await handle.result()
+            status = await worker.outcome(handle.result())
     assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
     (result,) = api.requests[1]["messages"][-1]["content"]
     bash, hook = result["content"], (workspace / "hook.txt").read_text()
