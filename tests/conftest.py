@@ -40,6 +40,22 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under pytest-xdist (`-n 2`), every test under tests/faults/ runs on one worker, one at a
+    time: each kills and times real processes, and two at once would measure each other (and a
+    module fixture such as the server-restart tries would run once per worker). The rest are
+    spread test by test. (`xdist_group` marks would say the same, but pytest-xdist 3.8 writes
+    the group into `item._nodeid`, which pytest 9 no longer reads: they group nothing.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FaultsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/faults/" if nodeid.startswith("tests/faults/") else nodeid
+
+    return FaultsTogether(config, log)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("needs_tool"):
         require(mark.args[0])

@@ -17,11 +17,8 @@ def own_server(tmp_path: Path) -> Iterator[DevServer]:
         yield server
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads xdist_group into the node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/faults/" in str(item.fspath):
-            item.add_marker(pytest.mark.faults)
-            # Under pytest-xdist the fault tests run one at a time, on one worker: each kills
-            # and times real processes, and two at once would measure each other.
-            item.add_marker(pytest.mark.xdist_group("faults"))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark each fault test `faults` (`-m "not faults"` leaves them out). Under pytest-xdist
+    they run on one worker, one at a time: tests/conftest.py's scheduler."""
+    if "tests/faults/" in str(item.fspath):
+        item.add_marker(pytest.mark.faults)
