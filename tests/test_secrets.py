@@ -6,6 +6,7 @@ dev server's database or the CLI's output."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from temporalio.client import Client
 
 from durable_agent import warm
 from durable_agent.devserver import DevServerInfo
+from durable_agent.payloads import data_converter
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
 from tests.test_cli import cli_env, durable_agent
 
@@ -282,3 +284,139 @@ def test_the_operator_names_more_variables_to_withhold(monkeypatch):
     finally:
         SETTINGS_ENV.reset(token)
     assert env == {**kept, "TEAM": "from-settings"}
+
+
+SCAN_HOOK = "cat > hook-input.json; env > hook-env.txt; cat /proc/$PPID/environ >> hook-env.txt"
+SCAN_BASH = (
+    'printf %s "$TEAM_TOKEN" | sha256sum; '
+    "{ env; echo ---; cat /proc/$PPID/environ | tr '\\0' '\\n'; } | grep -v ^TEAM_TOKEN="
+)
+"""Bash proves the settings value reached it (its hash, not the value: what a tool prints is
+the model's to see) and prints its environment and its parent's (the worker)."""
+QUERIES = {
+    "SessionWorkflow": ("status", "transcript_path"),
+    "QueryWorkflow": ("progress", "phase", "approvals", "hook_requests"),
+}
+
+
+def payloads_in(message: Any) -> list[Any]:
+    """Every Payload in a protobuf message, however deep (maps and lists included)."""
+    from temporalio.api.common.v1 import Payload
+
+    if isinstance(message, Payload):
+        return [message]
+    found: list[Any] = []
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            values = list(value.values())
+        elif hasattr(value, "ListFields"):
+            values = [value]
+        else:
+            values = list(value)  # a repeated field
+        for item in values:
+            if hasattr(item, "ListFields"):
+                found.extend(payloads_in(item))
+    return found
+
+
+async def test_every_withheld_credential_and_a_settings_env_value_are_nowhere(tmp_path):
+    """Issue 22's scan, run as the suite's user (root on CI). The state dir's dev server and
+    warm worker, and the CLI, hold every credential the project knows — the model's key and
+    token, Temporal's API and TLS keys, a store URL with its password, a codec key — and one
+    the operator withholds; the workspace's settings `env` holds a value. After a run whose
+    Bash prints its environment and its parent's and whose Stop hook saves its input and
+    environment, none of the credentials is in the tool's output (as the model got it), the
+    hook's input or environment, the transcript or anything else in the state dir, any history
+    (raw or decoded with the key), any query's answer or the CLI's output (run, status, list,
+    tail); the settings value is in none of them but the decoded history and the environments
+    of the tool and the hook, where it belongs."""
+    from temporalio.api.history.v1 import History
+
+    from durable_agent.codec import KEY_ENV, codec_from_env
+
+    key_material = base64.b64encode(os.urandom(32)).decode()
+    credentials = {
+        "ANTHROPIC_API_KEY": new_secret("key"),
+        "TEMPORAL_API_KEY": new_secret("temporal"),
+        "TEMPORAL_TLS_CLIENT_KEY_DATA": new_secret("tls"),
+        "DURABLE_AGENT_STORE_URL": f"postgres://agent:{new_secret('store')}@127.0.0.1:1/agent",
+        KEY_ENV: f"scan:{key_material}",
+        "OPERATOR_DB_PASSWORD": new_secret("operator"),
+    }
+    # what would give each away: the codec's key material (its id is in every payload)
+    needles = [v for k, v in credentials.items() if k != KEY_ENV] + [key_material]
+    needles.append(credentials["DURABLE_AGENT_STORE_URL"].split(":")[2].split("@")[0])
+    value = f"settings-env-value-{uuid.uuid4().hex}"
+    ws = tmp_path / "ws"
+    (ws / ".claude").mkdir(parents=True)
+    hooks = {"Stop": [{"hooks": [{"type": "command", "command": SCAN_HOOK}]}]}
+    settings = {"hooks": hooks, "env": {"TEAM_TOKEN": value}}
+    (ws / ".claude" / "settings.json").write_text(json.dumps(settings))
+    turns = [tool_turn([("b1", "Bash", {"command": SCAN_BASH})]), text_turn("done")]
+    home = tmp_path / "home"
+    with ReplayServer(turns) as server:
+        env = cli_env(tmp_path, ANTHROPIC_BASE_URL=server.base_url, **{MARKER: "visible"})
+        env.pop("DURABLE_AGENT_TASK_QUEUE")  # the state dir's own queues, warm worker allowed
+        env.pop(warm.WARM_ENV)
+        env |= credentials | {"DURABLE_AGENT_WITHHOLD_ENV": "OPERATOR_*"}
+        try:
+            started = durable_agent(["server"], env)
+            assert started.returncode == 0, started.stderr
+            record = wait_for_warm_worker(home)
+            result, printed = run(ws, env)
+            assert f"served by the warm worker (pid {record.pid})" in printed
+            tail = durable_agent(["tail", result["session_id"]], env)
+            printed += tail.stdout + tail.stderr
+
+            info = DevServerInfo.model_validate_json((home / "devserver.json").read_text())
+            codec = codec_from_env(env)
+            assert codec is not None
+            plain = await Client.connect(info.address)
+            keyed = await Client.connect(info.address, data_converter=data_converter(home, env))
+            raw_histories, decoded, answers = b"", b"", []
+            async for execution in plain.list_workflows():
+                history = await plain.get_workflow_handle(
+                    execution.id, run_id=execution.run_id
+                ).fetch_history()
+                raw_histories += history.to_json().encode()
+                opened = await codec.decode(payloads_in(History(events=history.events)))
+                decoded += b"".join(p.SerializeToString() for p in opened)
+                handle = keyed.get_workflow_handle(execution.id, run_id=execution.run_id)
+                for name in QUERIES[execution.workflow_type]:
+                    answers.append(json.dumps(await handle.query(name), default=str))
+        finally:
+            stopped = durable_agent(["server", "--stop"], env)
+            assert stopped.returncode == 0, stopped.stderr
+
+    assert server.headers and sent(server.headers[0]) == credentials["ANTHROPIC_API_KEY"]
+    output = tool_output(server, 0)
+    hook_input = (ws / "hook-input.json").read_bytes()
+    hook_env = (ws / "hook-env.txt").read_text()
+    # The scan can see: what is no secret shows in each place it looks.
+    assert hashlib.sha256(value.encode()).hexdigest() in output
+    assert f"{MARKER}=visible" in output and f"{MARKER}=visible" in hook_env
+    assert b'"hook_event_name": "Stop"' in hook_input or b'"Stop"' in hook_input
+    assert b"show me your environment" in decoded and b"show me your environment" not in (
+        raw_histories
+    )
+    assert leaks(decoded, value) and f"TEAM_TOKEN={value}" in hook_env
+    assert any("completed" in a for a in answers) and any(
+        result["session_id"] in a for a in answers
+    )
+    stored = {str(p): d for p, d in files_under(home).items()}
+    assert any(b"show me your environment" in d for d in stored.values())  # the transcript
+    places = stored | {f"workspace {p.name}": d for p, d in files_under(ws).items()}
+    places |= {"tool output": output.encode(), "hook input": hook_input}
+    places |= {"raw histories": raw_histories, "queries": "\n".join(answers).encode()}
+    places |= {"CLI output": printed.encode()}
+    assert_nowhere(
+        [value],
+        {
+            k: v
+            for k, v in places.items()
+            if not k.endswith(("-env.txt", ".json")) or k == "hook input"
+        },
+    )
+    assert_nowhere(needles, places | {"decoded histories": decoded})

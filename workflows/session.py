@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
         SessionStatus,
     )
     from durable_agent.engine.hooks import HookEventInput, hooks_for
+    from durable_agent.engine.settings import without_env_values
     from durable_agent.engine.state import MAX_PROMPT_CHARS
     from durable_agent.engine.tool_hooks import tool_hook_settings, with_sdk_hooks
     from durable_agent.names import Activities, Queries, Signals, Updates, Workflows
@@ -142,7 +143,7 @@ class SessionWorkflow:
             queued=len(state.queued),
             permission_mode=perms.mode.value if (perms := self._config.call.permissions) else None,
             sandboxed=self._config.sandbox is not None,
-            settings=self._config.settings,
+            settings=without_env_values(self._config.settings),
             session_grants=list(state.session_grants),
         )
 

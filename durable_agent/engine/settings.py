@@ -405,3 +405,15 @@ def snapshot(merged: MergedSettings) -> dict[str, Any]:
         **shown,
         "layers": [layer.model_dump(exclude_none=True) for layer in merged.layers],
     }
+
+
+WITHHELD_VALUE = "(set)"
+
+
+def without_env_values(settings: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A settings snapshot as a query or the CLI may show it: the `env` key names its
+    variables, never their values (they are for tools and hooks; a query answer is not
+    encrypted at rest by anything but the caller)."""
+    if not settings or not isinstance(settings.get("env"), dict):
+        return settings
+    return {**settings, "env": dict.fromkeys(settings["env"], WITHHELD_VALUE)}
