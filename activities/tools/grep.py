@@ -26,6 +26,7 @@ from activities.tools.base import ToolError, ToolOutput, Workspace, no_nul, trun
 from activities.tools.files import kind
 from activities.transcript import off_loop
 from durable_agent.engine.tools import GrepInput
+from durable_agent.secrets import without_private
 
 TYPE_GLOBS = {
     "py": ["*.py", "*.pyi"],
@@ -148,8 +149,9 @@ async def _ripgrep(
         cmd += ["--type", args.type]
     cmd += ["-e", args.pattern, "--", str(target)]
     proc = await asyncio.create_subprocess_exec(
-        *cmd, cwd=ws.root, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
+        *cmd, cwd=ws.root, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=without_private(os.environ),  # ripgrep needs none of the worker's credentials
+    )  # fmt: skip
     out, err = await proc.communicate()
     # Exit 2 with a silent stderr means only some files could not be read.
     if proc.returncode not in (0, 1) and (err.strip() or proc.returncode != 2):
