@@ -96,7 +96,8 @@ def test_the_graph_finds_a_circle():
 def test_every_cli_module_imports_alone_in_a_fresh_interpreter():
     for name in sorted(import_graph(PACKAGE)):
         proc = subprocess.run(
-            [sys.executable, "-c", f"import {name}"],
+            # then out at once: a crash in the native layer's finalization is not the point
+            [sys.executable, "-c", f"import {name}, os, sys; sys.stdout.flush(); os._exit(0)"],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -111,7 +112,7 @@ WORKER_MODULES = ("anthropic", "activities.model", "temporalio.worker", "durable
 NEVER = ("workflows",)
 
 PROBE = """
-import asyncio, json, sys
+import asyncio, json, os, sys
 import temporalio.client
 from durable_agent.cli import command, parser
 from durable_agent.cli.errors import CliError
@@ -143,7 +144,8 @@ async def main():
     return outcome
 
 outcome = asyncio.run(main())
-print(json.dumps({"outcome": outcome, "modules": sorted(sys.modules)}))
+print(json.dumps({"outcome": outcome, "modules": sorted(sys.modules)}), flush=True)
+os._exit(0)  # as the CLI ends (hard_exit): the SDK's native layer can crash in finalization
 """
 
 

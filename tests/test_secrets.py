@@ -206,9 +206,11 @@ async def test_api_key_and_auth_token_are_nowhere(served, tmp_path):
 
 
 PROBE = Path(__file__).with_name("secret_probe.py")
-ENVIRONMENT_MODULE = Path(__file__).parents[1] / "activities" / "tools" / "environment.py"
+ROOT = Path(__file__).parents[1]
+ENVIRONMENT_MODULE = ROOT / "activities" / "tools" / "environment.py"
 WORKER_LIKE = """
 import importlib.util, subprocess, sys
+sys.path.insert(0, sys.argv[4])  # durable_agent.secrets, which it imports (standard library only)
 spec = importlib.util.spec_from_file_location("environment", sys.argv[1])
 environment = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(environment)
@@ -219,7 +221,7 @@ probe = ["bash", "-c", 'exec "$0" "$1" $PPID', sys.executable, sys.argv[2]]
 subprocess.run(probe, env=environment.tool_environment(), check=True)
 """
 """A process that holds a key in its environment like a worker, protects itself as a worker
-does (environment.py only, so any Python runs it, as any user) and runs the probe as a tool."""
+does (environment.py and durable_agent/secrets.py only, so any Python runs it, as any user) and runs the probe as a tool."""
 
 
 def probe_secret(kind: str) -> str:
@@ -253,7 +255,7 @@ def test_a_tool_cannot_read_its_workers_environment_or_memory(user):
     env = {"PATH": os.environ["PATH"], "ANTHROPIC_API_KEY": key, "PROBE_VISIBLE": visible}
     shown = {}
     for mode in ("unprotected", "protected"):
-        argv = [*prefix, "-c", WORKER_LIKE, str(ENVIRONMENT_MODULE), str(PROBE), mode]
+        argv = [*prefix, "-c", WORKER_LIKE, str(ENVIRONMENT_MODULE), str(PROBE), mode, str(ROOT)]
         proc = subprocess.run(argv, env=env, cwd="/", capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         shown[mode] = proc.stdout

@@ -25,6 +25,10 @@ from durable_agent.devserver import free_port, port_open, server_args, temporal_
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class _ExitedAtStart(RuntimeError):
+    pass
+
+
 class DevServer:
     """A Temporal dev server on its own port and SQLite file; `kill` + `start` is a restart."""
 
@@ -32,28 +36,49 @@ class DevServer:
         self.db_path = db_path
         self.port = free_port(0)
         self.proc: subprocess.Popen[bytes] | None = None
+        self._started = False
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> DevServer:
+        """Start it (again: on the same port and file). Its first start takes another free port
+        when the server exits at once, up to twice: a port found free can be taken by another
+        test's process before the server binds it (or one of the ports it opens beside it)."""
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except _ExitedAtStart:
+                if self._started or attempt == 2:
+                    raise
+                self.port = free_port(0)
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> DevServer:
         cmd = [
             str(temporal_binary()), "server", "start-dev", "--db-filename", str(self.db_path),
             "--ip", "127.0.0.1", "--port", str(self.port), "--headless", "--log-level", "error",
             *server_args(),
         ]  # fmt: skip
-        log = open(self.db_path.with_suffix(".log"), "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
+        log_path = self.db_path.with_suffix(".log")
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
         deadline = time.monotonic() + timeout
         while not port_open("127.0.0.1", self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"dev server did not start; see {log.name}")
+            if self.proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-1500:]
+                raise _ExitedAtStart(
+                    f"dev server exited ({self.proc.returncode}) at start:\n{tail}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dev server did not start in {timeout:g} s; see {log_path}")
             time.sleep(0.05)
         _wait_healthy(self.address, deadline)
+        self._started = True
         return self
 
     def kill(self) -> None:
