@@ -1,4 +1,4 @@
-"""The permission matcher (engine/permissions.py): pure, table-driven.
+"""The permission matcher (engine/permissions/): pure, table-driven.
 
 Cases marked "docs" are the examples of Claude Code's public permission docs (permissions,
 permission modes, sandboxing); the rest are adversarial: a deny rule must hold however the

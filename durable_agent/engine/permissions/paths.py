@@ -1,0 +1,220 @@
+"""Path rules (`Read(...)`, `Edit(...)`, ...), protected directories, the workspace boundary.
+
+Nothing here touches the filesystem: paths are compared lexically after normalising (`~` from
+`ctx.home`, relative paths from `ctx.cwd`, then `os.path.normpath`). Symlinks are NOT resolved
+here: the activities resolve a file tool's path and call `check` on both paths, the stricter
+answer winning (activities/tools/links.py); the Bash sandbox holds against links a command
+follows.
+
+Patterns are gitignore-style, anchored as the docs say (`_anchor`). `_eval_paths` applies the
+rules to the paths of a file tool's call (`_read_paths` for the read tools); `read_denied` and
+`read_deny_roots` tell the search tools and the sandbox what the deny rules hide.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+from durable_agent.engine.permissions.rules import (
+    EDIT_TOOLS,
+    READ_TOOLS,
+    PermissionContext,
+    Rule,
+    _Eval,
+    _first,
+    _rules_for,
+)
+
+# Docs (bypassPermissions / acceptEdits): writes to these directories still prompt, except the
+# `.claude` folders Claude itself writes to.
+PROTECTED_DIRS = frozenset({".git", ".claude", ".vscode", ".idea"})
+PROTECTED_EXEMPT = (".claude/commands", ".claude/agents", ".claude/skills")
+
+
+def normalize_path(path: str, ctx: PermissionContext, base: str | None = None) -> str:
+    """Absolute, lexically normalised: `~` from ctx.home, relative from `base` (default cwd)."""
+    if path == "~" or path.startswith("~/"):
+        path = ctx.home + path[1:]
+    if not path.startswith("/"):
+        path = posixpath.join(base or ctx.cwd, path)
+    path = posixpath.normpath(path)
+    return "/" + path.lstrip("/")
+
+
+def _anchor(spec: str, rule: Rule, ctx: PermissionContext) -> tuple[str, bool]:
+    """The absolute pattern for a gitignore-style spec, and whether it may match at any depth.
+
+    Docs: `//path` absolute, `~/path` from home, `/path` relative to the settings file's root,
+    `path` or `./path` relative to the current directory. As in gitignore, a pattern with no
+    slash (`*.env`, `.env`) matches at any depth below its anchor.
+    """
+    if spec.startswith("//"):
+        return "/" + spec.lstrip("/"), False
+    if spec == "~" or spec.startswith("~/"):
+        return ctx.home.rstrip("/") + spec[1:], False
+    if spec.startswith("/"):
+        return (rule.root or ctx.cwd).rstrip("/") + spec, False
+    # `./name` is anchored at cwd; a bare `name` with no slash matches at any depth.
+    anywhere = "/" not in spec.rstrip("/")
+    rest = spec[2:] if spec.startswith("./") else spec
+    return ctx.cwd.rstrip("/") + "/" + rest, anywhere
+
+
+def _glob_regex(pattern: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("/**/", i):
+            out.append("(?:/.*)?/")
+            i += 4
+        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("(?:/.*)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
+def _path_rule_matches(rule: Rule, path: str, ctx: PermissionContext) -> bool:
+    """`path` is absolute and normalised. A pattern that matches a directory also matches
+    everything inside it (gitignore: an ignored directory's contents are ignored)."""
+    if rule.specifier is None:
+        return True
+    absolute, anywhere = _anchor(rule.specifier, rule, ctx)
+    # A trailing `/` (gitignore: directories only) cannot be checked without the filesystem;
+    # it is dropped, which matches a file of that name too (the wider, safer-for-deny reading).
+    absolute = "/" + posixpath.normpath(absolute).lstrip("/")
+    if anywhere:
+        head, _, tail = absolute.rpartition("/")
+        regex = re.escape(head) + "(?:/.*)?/" + _glob_regex(tail)
+    else:
+        regex = _glob_regex(absolute)
+    return re.fullmatch(regex + "(?:/.*)?", path, re.DOTALL) is not None
+
+
+def read_denied(path: str, ctx: PermissionContext, family: str = "Read") -> bool:
+    """Whether a `Read(...)` deny rule covers `path` (absolute, or relative to cwd): what the
+    search tools leave out of their results and the sandbox makes unreadable. With family
+    "Edit": whether an `Edit(...)` deny rule does (the sandbox makes it read-only)."""
+    path = normalize_path(path, ctx)
+    return any(_path_rule_matches(r, path, ctx) for r in _deny_family(family, ctx))
+
+
+def read_deny_roots(ctx: PermissionContext, family: str = "Read") -> list[tuple[str, bool]]:
+    """Where the `Read(...)` (or `Edit(...)`) deny rules can match, one entry per rule: an
+    absolute path and whether it is exact (the rule names that path, or everything under it)
+    or a folder to search for matches (the rule has wildcards, or matches at any depth). A rule
+    on the whole tool (`Read`) gives ("/", False)."""
+    roots: list[tuple[str, bool]] = []
+    for rule in _deny_family(family, ctx):
+        if rule.specifier is None:
+            roots.append(("/", False))
+            continue
+        absolute, anywhere = _anchor(rule.specifier, rule, ctx)
+        absolute = "/" + posixpath.normpath(absolute).lstrip("/")
+        for suffix in ("/**", "/*"):  # a folder's contents: cover the folder
+            if absolute.endswith(suffix) and not _wild(absolute[: -len(suffix)]):
+                absolute = absolute[: -len(suffix)]
+                break
+        if anywhere or _wild(absolute):
+            fixed = []
+            for piece in absolute.split("/")[:-1] if anywhere else absolute.split("/"):
+                if _wild(piece):
+                    break
+                fixed.append(piece)
+            roots.append(("/".join(fixed) or "/", False))
+        else:
+            roots.append((absolute, True))
+    return roots
+
+
+def _deny_family(family: str, ctx: PermissionContext) -> list[Rule]:
+    """The deny rules on reading ("Read": `Read(...)` rules) or on changing files ("Edit":
+    the rules of every edit tool, `Edit(...)`, `Write(...)`, `NotebookEdit(...)`)."""
+    if family != "Edit":
+        return _rules_for(family, ctx.rules.deny)
+    found: list[Rule] = []
+    for tool in EDIT_TOOLS:
+        found += [r for r in _rules_for(tool, ctx.rules.deny) if r not in found]
+    return found
+
+
+def _wild(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
+def _inside(path: str, directory: str) -> bool:
+    directory = directory.rstrip("/") or "/"
+    return path == directory or path.startswith(directory if directory == "/" else directory + "/")
+
+
+def _working_dirs(ctx: PermissionContext) -> list[str]:
+    return [normalize_path(d, ctx) for d in [ctx.cwd, *ctx.additional_directories]]
+
+
+def _in_workspace(path: str, ctx: PermissionContext) -> bool:
+    return any(_inside(path, d) for d in _working_dirs(ctx))
+
+
+def _protected(path: str, ctx: PermissionContext) -> bool:
+    for d in _working_dirs(ctx):
+        if _inside(path, d):
+            rel = path[len(d.rstrip("/")) + 1 :]
+            if any(rel == e or rel.startswith(e + "/") for e in PROTECTED_EXEMPT):
+                return False
+            return any(p in PROTECTED_DIRS for p in rel.split("/")[:-1]) or (rel in PROTECTED_DIRS)
+    return any(p in PROTECTED_DIRS for p in path.split("/")[:-1])
+
+
+def _eval_paths(tool_name: str, paths: list[str], ctx: PermissionContext, ev: _Eval) -> None:
+    """Deny/ask/allow for file tools: every path must be allowed; any path denied denies."""
+    rs = ctx.rules
+    allow_rules: list[Rule] = []
+    for p in paths:
+        for lst, slot in ((rs.deny, "deny"), (rs.ask, "ask")):
+            if getattr(ev, slot) is None:
+                r = _first(_rules_for(tool_name, lst), lambda r, p=p: _path_rule_matches(r, p, ctx))
+                if r is not None:
+                    setattr(ev, slot, (r, p))
+        r = _first(_rules_for(tool_name, rs.allow), lambda r, p=p: _path_rule_matches(r, p, ctx))
+        if r is None:
+            ev.not_allowed = ev.not_allowed or p
+        else:
+            allow_rules.append(r)
+        if not _in_workspace(p, ctx):
+            ev.outside = ev.outside or p
+    if ev.not_allowed is None:
+        ev.allow = allow_rules
+
+
+def _read_paths(tool_name: str, tool_input: dict[str, Any], ctx: PermissionContext) -> list[str]:
+    key = READ_TOOLS[tool_name]
+    raw = tool_input.get(key) or tool_input.get("path") or ctx.cwd
+    base = normalize_path(str(raw), ctx)
+    paths = [base]
+    if tool_name == "Glob":
+        # The search root CONTAINING a denied path is not denied here (the tools exclude denied
+        # paths from their results); but a pattern that climbs out (`../x/*`, `/etc/*`) names
+        # another root, and that root is checked.
+        pattern = str(tool_input.get("pattern") or "")
+        fixed = []
+        for piece in pattern.split("/"):
+            if any(ch in piece for ch in "*?[{"):
+                break
+            fixed.append(piece)
+        if fixed and fixed != [""] * len(fixed):
+            root = "/".join(fixed) or "/"
+            paths.append(normalize_path(root, ctx, base))
+    return paths
