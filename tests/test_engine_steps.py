@@ -29,6 +29,8 @@ from durable_agent.engine.steps import (
     Finish,
     RunTools,
     StopHooks,
+    after_manual_compact,
+    before_manual_compact,
     decide,
 )
 
@@ -200,3 +202,21 @@ def test_a_notice_is_shown_once():
     noted = at(Phase.CALL).model_copy(update={"notice": "continuing: x"})
     step = decide(noted, CFG, facts())
     assert step.notes == ("continuing: x",) and step.state.notice == ""
+
+
+def test_manual_compact_ends_completed_aborted_or_failed_and_at_once_with_no_conversation():
+    state = State(head_uuid="h")
+    assert before_manual_compact(state) is None
+    empty = before_manual_compact(State())
+    assert empty is not None and empty.ending == Ending(
+        terminal=Terminal.COMPLETED, message="there was nothing to compact"
+    )
+    for compacted, interrupted, terminal in (
+        (True, True, Terminal.COMPLETED),
+        (False, True, Terminal.ABORTED_STREAMING),
+        (False, False, Terminal.MODEL_ERROR),
+    ):
+        ended = after_manual_compact(state, compacted, interrupted)
+        assert ended.phase == Phase.ENDED and ended.ending is not None
+        assert ended.ending.terminal == terminal
+    assert after_manual_compact(state, True, False).ending == Ending(terminal=Terminal.COMPLETED)

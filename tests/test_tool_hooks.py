@@ -1,16 +1,21 @@
-"""engine.tool_hooks: what a PreToolUse verdict does to the permission decision (pure)."""
+"""engine.tool_hooks: what a PreToolUse verdict does to the permission decision, and what
+UserPromptSubmit hooks do to a prompt (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
+from durable_agent.engine.context import estimate_text_tokens
 from durable_agent.engine.hooks import HookEventResult
 from durable_agent.engine.permissions import Behavior, Decision
+from durable_agent.engine.state import PendingUser, Phase, State, Terminal
 from durable_agent.engine.tool_hooks import (
+    after_prompt_hooks,
     pre_tool_gate,
     prompt_with_context,
     tool_feedback,
     tool_hook_settings,
+    with_prompt_context,
 )
 
 ALLOWED = Decision(behavior=Behavior.ALLOW, rule="Bash", reason="allowed by Bash")
@@ -63,3 +68,51 @@ def test_feedback_context_and_settings_subset():
     hooks = {"Stop": [{}], "PreToolUse": [{"hooks": []}], "PostToolUse": []}
     assert tool_hook_settings(hooks) == {"PreToolUse": [{"hooks": []}]}
     assert tool_hook_settings({"Stop": [{}]}) is None and tool_hook_settings(None) is None
+
+
+def prompted(prompt: str = "fix it") -> State:
+    return State(
+        head_uuid="h",
+        pending=PendingUser(uuid="u1", parent_uuid="h", prompt=prompt),
+        context_tokens=100 + estimate_text_tokens(prompt),
+    )
+
+
+def test_prompt_hook_context_joins_the_prompt_and_counts_from_the_context_before_it():
+    state = with_prompt_context(prompted(), "fix it", ["branch main"], 100)
+    assert state.pending is not None
+    assert state.pending.prompt == prompt_with_context("fix it", ["branch main"])
+    assert state.context_tokens == 100 + estimate_text_tokens(state.pending.prompt)
+
+
+def test_a_user_prompt_submit_block_or_stop_erases_the_prompt_and_ends_hook_stopped():
+    for hook, why in (
+        (
+            HookEventResult(event="UserPromptSubmit", blocked=True, reason="no secrets"),
+            "no secrets",
+        ),
+        (
+            HookEventResult(event="UserPromptSubmit", prevent_continuation=True, stop_reason="s"),
+            ": s",
+        ),
+        (HookEventResult(event="UserPromptSubmit", blocked=True), "no reason given"),
+    ):
+        ended = after_prompt_hooks(prompted(), hook, "fix it", ["ctx"], 100)
+        assert ended.pending is None and ended.context_tokens == 100
+        assert ended.phase == Phase.ENDED and ended.ending is not None
+        assert ended.ending.terminal == Terminal.HOOK_STOPPED
+        assert "blocked by a UserPromptSubmit hook" in ended.ending.message
+        assert why in ended.ending.message
+
+
+def test_user_prompt_submit_context_follows_session_starts_and_no_result_changes_nothing():
+    hook = HookEventResult(event="UserPromptSubmit", additional_context=["b"])
+    state = after_prompt_hooks(prompted(), hook, "fix it", ["a"], 100)
+    assert state.pending is not None
+    assert state.pending.prompt == prompt_with_context("fix it", ["a", "b"])
+    before = prompted()
+    assert after_prompt_hooks(before, None, "fix it", ["a"], 100) is before
+    assert after_prompt_hooks(before, HookEventResult(), "fix it", [], 100) is before
+    erased = before.model_copy(update={"pending": None})
+    blocked = HookEventResult(event="UserPromptSubmit", blocked=True)
+    assert after_prompt_hooks(erased, blocked, "fix it", [], 100) is erased

@@ -209,3 +209,25 @@ def _after_failure(state: State, cfg: QueryConfig) -> Step | State:
             update={"notice": f"{cfg.model} stays overloaded; switching to {fallback}"}
         )
     return Finish(state=state, terminal=Terminal.MODEL_ERROR, message=ending.message)
+
+
+NOTHING_TO_COMPACT = "there was nothing to compact"
+NOT_COMPACTED = "the conversation was not compacted (the summary failed)"
+
+
+def before_manual_compact(state: State) -> State | None:
+    """`/compact` with no conversation (the prompts before it were all blocked) ends at once;
+    None: summarise."""
+    if state.head_uuid is None:
+        return state.ended(Terminal.COMPLETED, NOTHING_TO_COMPACT)
+    return None
+
+
+def after_manual_compact(state: State, compacted: bool, interrupted: bool) -> State:
+    """`/compact` ends after its summary (no model turn follows): completed, aborted by the
+    user's interrupt, or a model error when the summary failed."""
+    if compacted:
+        return state.ended(Terminal.COMPLETED)
+    if interrupted:
+        return state.ended(Terminal.ABORTED_STREAMING, INTERRUPTED)
+    return state.ended(Terminal.MODEL_ERROR, NOT_COMPACTED)

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from durable_agent.engine.context import estimate_text_tokens
 from durable_agent.engine.hooks import HookEventResult, sdk_hooks
 from durable_agent.engine.permissions import Behavior, Decision
+from durable_agent.engine.state import State, Terminal
 
 PRE_TOOL_USE = "PreToolUse"
 POST_TOOL_USE = "PostToolUse"
@@ -97,3 +99,39 @@ def prompt_with_context(prompt: str, context: list[str]) -> str:
         return prompt
     added = "\n\n".join(context)
     return f"{prompt}\n\n<user-prompt-submit-hook>\n{added}\n</user-prompt-submit-hook>"
+
+
+def with_prompt_context(state: State, prompt: str, context: list[str], base_tokens: int) -> State:
+    """The pending prompt with what SessionStart / UserPromptSubmit hooks added to it;
+    `base_tokens`: the context before the prompt."""
+    assert state.pending is not None
+    text = prompt_with_context(prompt, context)
+    return state.model_copy(
+        update={
+            "pending": state.pending.model_copy(update={"prompt": text}),
+            "context_tokens": base_tokens + estimate_text_tokens(text),
+        }
+    )
+
+
+def after_prompt_hooks(
+    state: State,
+    hook: HookEventResult | None,
+    prompt: str,
+    context: list[str],
+    base_tokens: int,
+) -> State:
+    """What the UserPromptSubmit hooks' result does to the prompt: a block (or `continue:
+    false`) erases it and ends the query `hook_stopped`, the reason shown to the user only;
+    the context they add joins SessionStart's (`context`). No result (the hooks could not run),
+    or no prompt left: unchanged."""
+    if hook is None or state.pending is None:
+        return state
+    if hook.blocked or hook.prevent_continuation:
+        why = hook.reason if hook.blocked else hook.stop_reason
+        message = f"the prompt was blocked by a UserPromptSubmit hook: {why or 'no reason given'}"
+        erased = state.model_copy(update={"pending": None, "context_tokens": base_tokens})
+        return erased.ended(Terminal.HOOK_STOPPED, message)
+    if hook.additional_context:
+        return with_prompt_context(state, prompt, [*context, *hook.additional_context], base_tokens)
+    return state
