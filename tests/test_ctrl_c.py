@@ -43,9 +43,19 @@ def test_ctrl_c_while_the_cli_imports(tmp_path, after):
     ws.mkdir()
     # No server is reached this early: a Temporal address nobody listens on is enough.
     env = cli_env(tmp_path, ANTHROPIC_API_KEY="dummy", TEMPORAL_ADDRESS="127.0.0.1:1")
-    proc = ctrl_c(env, ws, lambda: time.sleep(after))
+    for _ in range(5):
+        proc = ctrl_c(env, ws, lambda: time.sleep(after))
+        if not in_python_start_up(proc):
+            break
     clean(proc)
     assert proc.returncode == 130
+
+
+def in_python_start_up(proc: subprocess.CompletedProcess[str]) -> bool:
+    """The Ctrl-C came before any of our code ran (on a loaded machine, 30 ms can be
+    Python's own start-up: site, runpy): Python's traceback, not one through durable_agent's
+    files. Such a try says nothing of the CLI and is made again."""
+    return "KeyboardInterrupt" in proc.stderr and "durable_agent/" not in proc.stderr
 
 
 def test_ctrl_c_as_the_run_finishes(dev_env, tmp_path):

@@ -92,19 +92,27 @@ async def test_a_megabyte_command_stalls_neither_the_worker_nor_its_call(own_ser
             # Its slowest of three: the machine's own noise is part of the yardstick.
             unloaded = max([await small(), await small(), await small()])
 
-            long = await start("LONG")
-            await wait_for(lambda: _long_calls(api), 30, "the long answer to be asked for")
-            # The answer streams and is checked now; the other session runs meanwhile.
-            loaded = await asyncio.wait_for(small(), 30)  # it took minutes before the fix
-            assert loaded < 2 * unloaded, f"took {loaded:.2f}s, {unloaded:.2f}s unloaded"
-            status = await asyncio.wait_for(long.result(), 30)
+            # A long answer streams and is checked while a small session runs beside it, on
+            # the same worker; up to three tries, so that the other xdist worker's noise on
+            # two cores does not decide (before the fix, each took minutes).
+            longs: list[WorkflowHandle[Any, Any]] = []
+            loaded: list[float] = []
+            while len(longs) < 3 and not (loaded and min(loaded) < 2 * unloaded):
+                longs.append(await start("LONG"))
+                await wait_for(lambda: len(_long_calls(api)) >= len(longs), 30, "the long answer")
+                loaded.append(await asyncio.wait_for(small(), 30))
+            assert min(loaded) < 2 * unloaded, f"took {loaded}s, {unloaded:.2f}s unloaded"
+            statuses = [await asyncio.wait_for(long.result(), 30) for long in longs]
 
-    assert len(_long_calls(api)) == 1, "the long answer was paid for more than once"
-    assert status.last_result.terminal == Terminal.COMPLETED
+    assert len(_long_calls(api)) == len(longs), "a long answer was paid for more than once"
+    for status in statuses:
+        assert status.last_result.terminal == Terminal.COMPLETED
     follow_up = [r for r in api.requests if _is_long(r) and _answered(r)]
-    result = follow_up[-1]["messages"][-1]["content"][0]
-    assert result["tool_use_id"] == "b1" and result["is_error"]
-    assert "too long to check" in json.dumps(result["content"])
+    assert len(follow_up) == len(longs)
+    for request in follow_up:
+        result = request["messages"][-1]["content"][0]
+        assert result["tool_use_id"] == "b1" and result["is_error"]
+        assert "too long to check" in json.dumps(result["content"])
     assert api.violations == []
     for transcript in (tmp_path / "home" / "sessions").glob("*.jsonl"):
         assert transcript_problems(transcript) == []
