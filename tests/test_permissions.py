@@ -482,6 +482,51 @@ def test_path_forms(rule: str, tool: str, path: str, expected: Behavior) -> None
     assert d.behavior == expected, d.reason
 
 
+@pytest.mark.parametrize(
+    "rule, path, expected",
+    [
+        # gitignore (pathspec): classes, ** in the middle, a folder's contents and the folder
+        ("Read(./conf/[ab].json)", "conf/a.json", DENY),
+        ("Read(./conf/[ab].json)", "conf/c.json", ALLOW),
+        ("Read(./conf/[!a].json)", "conf/b.json", DENY),
+        ("Read(./a/**/secret)", "a/secret", DENY),
+        ("Read(./a/**/secret)", "a/x/y/secret", DENY),
+        ("Read(./a/**/secret)", "b/x/secret", ALLOW),
+        ("Read(**/id_rsa)", "deep/er/id_rsa", DENY),
+        ("Read(./secrets/**)", "secrets", DENY),  # `dir/**` covers the folder too
+        ("Read(./secrets/)", "secrets/a", DENY),
+        ("Read(./sec?ets)", "secrets", DENY),
+        ("Read(./sec?ets)", "sec/ets", ALLOW),  # `?` stays within a name
+        # what gitignore reads as a comment or an exception names that file in a rule
+        ("Read(#notes)", "#notes", DENY),
+        ("Read(!important)", "!important", DENY),
+        ("Read(!important)", "important", ALLOW),
+        # a climb out of the anchor folder names a folder higher up
+        ("Read(./../shared/*.key)", "/w/shared/a.key", DENY),
+        ("Read(~/../bob/**)", "/home/bob/x", DENY),
+    ],
+)
+def test_gitignore_patterns(rule: str, path: str, expected: Behavior) -> None:
+    d = check("Read", {"file_path": path}, ctx(deny=[rule], additional_directories=["/"]))
+    assert d.behavior == expected, d.reason
+
+
+def test_the_workspace_path_is_never_read_as_a_pattern() -> None:
+    """A workspace named like a pattern (`proj[1]`, `a*b`): the rule's anchor is that very
+    folder, not a class or a wildcard that would miss it or match its neighbours."""
+    for cwd, neighbour in (("/w/proj[1]", "/w/proj1"), ("/w/a*b", "/w/axb"), ("/w/#x", "/w/x")):
+        rules = PermissionRules(deny=[parse_rule("Read(./.env)", "projectSettings", cwd)])
+        c = PermissionContext(cwd=cwd, home=HOME, rules=rules, additional_directories=["/w"])
+        assert read(f"{cwd}/.env", c).behavior == DENY
+        assert read(f"{neighbour}/.env", c).behavior == ALLOW
+        star = PermissionContext(
+            cwd=cwd, home=HOME, additional_directories=["/w"],
+            rules=PermissionRules(deny=[parse_rule("Read(*.env)", "projectSettings", cwd)]),
+        )  # fmt: skip
+        assert read(f"{cwd}/deep/prod.env", star).behavior == DENY
+        assert read(f"{neighbour}/prod.env", star).behavior == ALLOW
+
+
 def test_slash_rule_without_root_falls_back_to_cwd() -> None:
     c = ctx(deny=["Read(/conf/*)"], root=None)
     assert read("conf/a", c).behavior == DENY

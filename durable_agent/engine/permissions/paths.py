@@ -13,9 +13,13 @@ rules to the paths of a file tool's call (`_read_paths` for the read tools); `re
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from typing import Any
+
+from pathspec.patterns.gitignore import GitIgnorePatternError
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from durable_agent.engine.permissions.rules import (
     EDIT_TOOLS,
@@ -62,46 +66,63 @@ def _anchor(spec: str, rule: Rule, ctx: PermissionContext) -> tuple[str, bool]:
     return ctx.cwd.rstrip("/") + "/" + rest, anywhere
 
 
-def _glob_regex(pattern: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("/**/", i):
-            out.append("(?:/.*)?/")
-            i += 4
-        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
-            out.append("(?:/.*)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return "".join(out)
+@functools.lru_cache(maxsize=1024)
+def _gitignore_regex(pattern: str) -> re.Pattern[str]:
+    """The compiled regex of one gitignore pattern (pathspec's, as git reads it), matched
+    against a path relative to the pattern's root. A pattern gitignore reads as no pattern or
+    as a negation (a comment `#x`, `!x`, an unclosed `[`, a trailing backslash) names the path
+    spelled so, literally: in a permission rule it is not a comment nor an exception."""
+    try:
+        regex, include = GitIgnoreSpecPattern.pattern_to_regex(pattern)
+    except GitIgnorePatternError:
+        regex, include = None, None
+    if regex is None or not include:
+        regex = "^" + re.escape(pattern.lstrip("/")) + "(?:/|$)"
+    return re.compile(regex, re.DOTALL)
+
+
+def _rooted(spec: str, rule: Rule, ctx: PermissionContext) -> tuple[str, str, bool]:
+    """A spec split as `_anchor` reads it: the folder it is anchored at (a literal path, never
+    a pattern: a workspace named `proj[1]` is no character class), the gitignore pattern
+    relative to it (`..` climbs resolved into the folder), and whether the pattern matches at
+    any depth below it."""
+    if spec.startswith("//"):
+        root, rest = "/", spec.lstrip("/")
+    elif spec == "~" or spec.startswith("~/"):
+        root, rest = ctx.home, spec[2:]
+    elif spec.startswith("/"):
+        root, rest = rule.root or ctx.cwd, spec[1:]
+    else:
+        root, rest = ctx.cwd, spec[2:] if spec.startswith("./") else spec
+    anywhere = rest is spec and "/" not in spec.rstrip("/")  # a bare name, no slash
+    root = "/" + posixpath.normpath(root).lstrip("/")
+    rest = posixpath.normpath(rest) if rest else "."
+    while rest == ".." or rest.startswith("../"):  # climbs out of its folder: a higher one
+        root, rest = posixpath.dirname(root), rest[3:] or "."
+    return root, "" if rest == "." else rest, anywhere
 
 
 def _path_rule_matches(rule: Rule, path: str, ctx: PermissionContext) -> bool:
-    """`path` is absolute and normalised. A pattern that matches a directory also matches
-    everything inside it (gitignore: an ignored directory's contents are ignored)."""
+    """`path` is absolute and normalised. Patterns follow the gitignore specification (as the
+    docs say), matched by pathspec: `*` and `?` stay within a name, `**` spans folders, `[...]`
+    is a class; a pattern that matches a directory also matches everything inside it (an
+    ignored directory's contents are ignored), and `dir/**` covers `dir` itself. A trailing
+    `/` (gitignore: directories only) cannot be checked without the filesystem; it is dropped
+    (normpath), which matches a file of that name too (the wider, safer-for-deny reading)."""
     if rule.specifier is None:
         return True
-    absolute, anywhere = _anchor(rule.specifier, rule, ctx)
-    # A trailing `/` (gitignore: directories only) cannot be checked without the filesystem;
-    # it is dropped, which matches a file of that name too (the wider, safer-for-deny reading).
-    absolute = "/" + posixpath.normpath(absolute).lstrip("/")
-    if anywhere:
-        head, _, tail = absolute.rpartition("/")
-        regex = re.escape(head) + "(?:/.*)?/" + _glob_regex(tail)
-    else:
-        regex = _glob_regex(absolute)
-    return re.fullmatch(regex + "(?:/.*)?", path, re.DOTALL) is not None
+    root, pattern, anywhere = _rooted(rule.specifier, rule, ctx)
+    if not _inside(path, root):
+        return False
+    if not pattern:  # the folder itself, and everything in it
+        return True
+    if path == root:
+        return False
+    relative = path[len(root.rstrip("/")) + 1 :]
+    regex = _gitignore_regex(pattern if anywhere else "/" + pattern)
+    if regex.match(relative) is not None:
+        return True
+    return pattern.endswith("/**") and regex.match(relative + "/") is not None
 
 
 def read_denied(path: str, ctx: PermissionContext, family: str = "Read") -> bool:
