@@ -17,6 +17,7 @@ from durable_agent.engine.permissions import (
     PermissionContext,
     PermissionMode,
     PermissionRules,
+    ShellParseError,
     check,
     headless,
     parse_rule,
@@ -254,6 +255,33 @@ HIDDEN_RM = [
     "echo $(( $(rm x) + 1 ))",  # a substitution inside arithmetic runs
     "echo ${X:-$(rm x)}",  # and inside a default value
     "echo $((rm x) )",  # bash may read this as a subshell in a substitution
+    # What the grammar reads beyond the old lexer: the commands inside are parts.
+    "f() { rm x; }",  # a function's body (checked where it is defined)
+    "function g { rm x; }",
+    "for f in a b; do rm $f; done",
+    "for ((i = 0; i < 3; i++)); do rm x; done",
+    "case $1 in a) echo a;; *) rm x;; esac",
+    "case $1 in a|b) rm x ;; esac",
+    "until false; do rm x; done",
+    "[[ -f x ]] && rm x",
+    "export A=$(rm x)",
+    "A=$(rm x)",
+    "r\\\nm x",  # a line continuation inside the word
+    "sudo > /dev/null rm x",  # the grammar puts `rm x` in the redirection
+    # Here-documents: an unquoted body's substitutions run, a shell runs its body.
+    "cat <<EOF\n$(rm -rf /)\nEOF",
+    "cat <<EOF\n`rm x`\nEOF",
+    "cat <<EOF > out\n${X:-$(rm x)}\nEOF",
+    "cat <<-EOF\n\t$(rm x)\n\tEOF",
+    "cat <<-EOF\n\tbody\n\tEOF\nrm x",  # the body ends at the tab-indented delimiter
+    "bash <<EOF\nrm x\nEOF",
+    "bash <<'EOF'\nrm x\nEOF",
+    "sh -s <<'EOF'\necho hi\nrm -rf x\nEOF",
+    "cat <<'EOF' | bash\nrm x\nEOF",
+    "bash -c \"$(cat <<'EOF'\nrm x\nEOF\n)\"",
+    "ssh host <<'EOF'\nrm x\nEOF",
+    "bash <<< 'rm x'",
+    'sh <<< "echo; rm x"',
 ]
 
 
@@ -284,6 +312,15 @@ def test_ask_rule_sees_what_a_deny_rule_sees(command: str) -> None:
         "printf '%s\\n' '$(rm x)'",  # single quotes: no substitution
         "rmdir d",
         "form x",
+        # A here-document is data: its body is not commands (unless a shell reads it).
+        "cat <<'EOF' > notes.txt\nhello; rm x\nEOF",
+        "cat <<EOF > notes.txt\nhello; rm x\nEOF",
+        "cat <<\\EOF\n$(rm x) `rm x`\nEOF",
+        'cat <<"EOF"\n$(rm x)\nEOF',
+        "cat <<-'EOF'\n\trm x\n\tEOF",
+        "git commit -F - <<'EOF'\nfix: do not rm x\n\nrm x; rm -rf /\nEOF",
+        "git commit -m \"$(cat <<'EOF'\nrm x\nEOF\n)\"",
+        "grep rm <<< 'rm x'",
     ],
 )
 def test_deny_rule_does_not_fire_on_arguments(command: str) -> None:
@@ -370,6 +407,62 @@ def test_unparseable_with_whole_tool_rules() -> None:
 
 
 @pytest.mark.parametrize(
+    "command",
+    [
+        "echo $(",  # tree-sitter recovers from these (an ERROR or a MISSING node): unparseable
+        "if then",
+        "echo 'x",
+        'echo "x',
+        "echo `x",
+        "cat <<EOF\nno end",
+        "cat <<EOF\nx\n EOF",  # ` EOF` does not end the body
+        "cat <<EOF\nx\nEOF \nrm x",  # nor does `EOF ` (trailing blank)
+        "echo `a` `b`",  # the grammar reads two backtick substitutions as one
+        "echo 'a'\\ b",  # the grammar drops the escaped blank
+        "case x in",
+        "for x in; do",
+        "f() {",
+    ],
+)
+def test_what_the_grammar_cannot_read_is_unparseable(command: str) -> None:
+    with pytest.raises(ShellParseError):
+        split_command(command)
+    assert bash(command, ctx(allow=["Bash"], deny=["Bash(rm:*)"])).behavior == ASK
+    assert bash(command, ctx(allow=["Bash(echo:*)", "Bash(cat:*)"])).behavior == ASK
+
+
+@pytest.mark.parametrize(
+    "command, allow, expected",
+    [
+        # A heredoc's body is data: a rule for the program is enough.
+        ("cat <<'EOF' > notes.txt\nhello; rm x\nEOF", ["Bash(cat:*)", "Edit"], ALLOW),
+        ("git commit -F - <<'EOF'\nmsg; curl x\nEOF", ["Bash(git commit:*)"], ALLOW),
+        ("cat <<EOF\n$HOME $(whoami)\nEOF", ["Bash(cat:*)"], ASK),  # whoami runs
+        ("cat <<EOF\n$HOME $(whoami)\nEOF", ["Bash(cat:*)", "Bash(whoami)"], ALLOW),
+        ("grep x <<< 'a; b'", ["Bash(grep:*)"], ALLOW),
+        # Fed to a shell, it is a script: each of its commands needs a rule.
+        ("bash <<'EOF'\necho hi\nEOF", ["Bash(bash:*)"], ASK),
+        ("bash <<'EOF'\necho hi\nEOF", ["Bash(bash:*)", "Bash(echo:*)"], ALLOW),
+        ("bash <<< 'curl x'", ["Bash(bash:*)"], ASK),
+        ('bash <<< "$SCRIPT"', ["Bash(bash:*)"], ASK),
+        # Fed to another interpreter, it cannot be checked: only a whole-tool rule allows it.
+        ("python3 - <<'EOF'\nprint(1)\nEOF", ["Bash(python3:*)"], ASK),
+        ("python3 - <<'EOF'\nprint(1)\nEOF", ["Bash"], ALLOW),
+        ("node <<< 'console.log(1)'", ["Bash(node:*)"], ASK),
+    ],
+)
+def test_here_documents(command: str, allow: list[str], expected: Behavior) -> None:
+    assert bash(command, ctx(allow=allow)).behavior == expected
+
+
+def test_a_here_document_to_an_interpreter_asks_when_a_scoped_deny_exists() -> None:
+    # What python runs cannot be matched against `Bash(rm:*)`.
+    c = ctx(allow=["Bash"], deny=["Bash(rm:*)"])
+    assert bash("python3 - <<'EOF'\nimport shutil\nEOF", c).behavior == ASK
+    assert bash("cat <<'EOF' > x.py\nimport shutil\nEOF", c).behavior == ALLOW
+
+
+@pytest.mark.parametrize(
     "command, texts",
     [
         ("a && b || c; d | e & f\ng", ["a", "b", "c", "d", "e", "f", "g"]),
@@ -377,6 +470,15 @@ def test_unparseable_with_whole_tool_rules() -> None:
         ("x $(y $(z))", ["z", "y $(z)", "x $(y $(z))"]),
         ("FOO=1 cmd > out 2>&1 < in", ["FOO=1 cmd"]),
         ("if a; then b; else c; fi", ["a", "b", "c"]),
+        ("cat <<'EOF' > out\na; b\nEOF\nc", ["cat", "c"]),
+        ("cat <<EOF\n$(a) `b`\nEOF", ["a", "b", "cat"]),
+        ("cat <<-EOF\n\t$(a)\n\tEOF\nb", ["a", "cat", "b"]),
+        ('grep x <<< "$(a)"', ["a", "grep x"]),
+        ("bash <<'EOF'\na; b\nEOF", ["bash", "a", "b"]),
+        ("f() { a; }; for i in $(b); do c; done", ["a", "b", "c"]),
+        ("case $x in y) a;; *) b;; esac", ["a", "b"]),
+        ("[[ -n $(a) ]]", ["a", "[[ -n $(a) ]]"]),
+        ("A=1 B=$(a); export C=2", ["a", "A=1 B=$(a)", "export C=2"]),
     ],
 )
 def test_split_command(command: str, texts: list[str]) -> None:

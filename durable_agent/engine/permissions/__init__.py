@@ -13,8 +13,8 @@ The modules, lowest layer first (each imports only modules listed above it):
 
 - `rules`: modes, rules and the permission context; the built-in tool tables; `parse_rule`;
   which rules apply to a tool; deny, then ask, then allow.
-- `shell`: the shell lexer/parser that splits a command line into simple commands
-  (`split_command`) within a work budget.
+- `shell`: reads a command line with the tree-sitter-bash grammar and splits it into simple
+  commands (`split_command`) within a work budget; here-document bodies are data.
 - `paths`: path normalisation and gitignore-style path rules (`Read(...)`, `Edit(...)`),
   protected directories, the workspace boundary; the evaluation of file tools.
 - `bash`: Bash commands against `Bash(...)` rules (wrappers, `sh -c`, redirections, acceptEdits'

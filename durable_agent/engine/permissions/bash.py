@@ -57,7 +57,7 @@ _DENY_WRAPPERS = _ALLOW_WRAPPERS | frozenset(
         "env", "sudo", "doas", "command", "builtin", "exec", "xargs", "nice", "ionice",
         "chrt", "taskset", "setsid", "unbuffer", "watch", "flock", "chroot", "runuser",
         "su", "strace", "ltrace", "nsenter", "unshare", "firejail", "caffeinate", "parallel",
-        "systemd-run", "busybox", "script",
+        "systemd-run", "busybox", "script", "coproc",
     }
 )  # fmt: skip
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "mksh"})
