@@ -48,9 +48,16 @@ def ctx(allow: Texts = (), ask: Texts = (), deny: Texts = (), **kw: Any) -> Perm
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """`fn`'s result and its time; over BOUND, the better of two tries: the other xdist
+    worker's load on two cores can stretch one try, a check that is not linear fails both."""
     start = time.perf_counter()
     result = fn()
-    return result, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if seconds >= BOUND:
+        start = time.perf_counter()
+        fn()
+        seconds = min(seconds, time.perf_counter() - start)
+    return result, seconds
 
 
 def bash(command: str, c: PermissionContext) -> Decision:

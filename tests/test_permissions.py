@@ -1145,3 +1145,33 @@ def test_computed_redirect_targets() -> None:
 def test_empty_command() -> None:
     assert bash("", ctx(allow=["Bash"])).behavior == ALLOW
     assert bash("  # only a comment", ctx(allow=["Bash(ls)"])).behavior == ASK
+
+
+def test_plain_words_are_read_as_the_grammar_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """split_command reads a command of plain words without tree-sitter (`shell._PLAIN`): on
+    random commands of those characters, the same Parts as the grammar's reading."""
+    import random
+    import re
+
+    from durable_agent.engine.permissions import shell
+
+    rng = random.Random(7)
+    pieces = ["git", "diff", "rm", "-rf", "x", "a.b", "--force", "-", "--", "a:b", "a,b", "+x"]
+    pieces += ["env", "bash", "-c", "sudo", "time", "in", "do", "./x", "../y", "/etc/passwd"]
+    chars = "abz09_./:,+-"
+    compared = 0
+    for _ in range(3000):
+        command = " ".join(
+            rng.choice(pieces)
+            if rng.random() < 0.7
+            else "".join(rng.choice(chars) for _ in range(rng.randint(1, 5)))
+            for _ in range(rng.randint(1, 6))
+        )
+        if not shell._PLAIN.fullmatch(command) or not shell._RESERVED.isdisjoint(command.split()):
+            continue
+        fast = shell.split_command(command)
+        with monkeypatch.context() as m:
+            m.setattr(shell, "_PLAIN", re.compile(r"(?!)"))
+            assert shell.split_command(command) == fast, command
+        compared += 1
+    assert compared > 500
