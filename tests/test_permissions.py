@@ -1175,3 +1175,10 @@ def test_plain_words_are_read_as_the_grammar_reads_them(monkeypatch: pytest.Monk
             assert shell.split_command(command) == fast, command
         compared += 1
     assert compared > 500
+
+
+def test_an_assignment_split_by_a_line_continuation_is_still_seen_through() -> None:
+    """Bash removes `\\<newline>` before it reads words: `A\\<newline>=1 rm x` runs `rm`."""
+    c = ctx(allow=["Bash"], deny=["Bash(rm:*)"])
+    assert bash("A\\\n=1 rm x", c).behavior == DENY
+    assert bash('"A"=1 rm x', c).behavior == DENY  # not an assignment to bash: denied anyway

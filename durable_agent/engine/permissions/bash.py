@@ -106,7 +106,9 @@ def _deny_views(words: list[Word], work: _Work, depth: int = 0) -> list[list[Wor
         if i in seen:
             return
         seen.add(i)
-        while i < len(words) and _ASSIGNMENT.match(words[i].raw):
+        while i < len(words) and (
+            _ASSIGNMENT.match(words[i].raw) or _ASSIGNMENT.match(words[i].value)
+        ):  # the value too: `A\<newline>=1` is an assignment once the newline is gone
             i += 1
         if i >= len(words):
             return
