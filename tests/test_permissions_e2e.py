@@ -287,3 +287,56 @@ def test_links_a_cloned_repo_ships_are_judged_where_they_lead(dev_env, tmp_path)
     assert not (ws / ".git" / "hooks" / "pre-commit").exists()
     denied = [d["tool_use_id"] for d in result["permission_denials"]]
     assert sorted(denied) == sorted(c[0] for c in calls)
+
+
+SWAPPER = """
+import os, sys
+ws, stop = sys.argv[1], sys.argv[2]
+docs, real, link = (os.path.join(ws, n) for n in ("docs", "docs.real", "docs.link"))
+flips = 0
+while not os.path.exists(stop) and flips < 1_000_000:
+    os.rename(docs, real)  # the plain folder steps aside
+    os.symlink("private", link)
+    os.rename(link, docs)  # a link to the denied folder takes its name
+    os.unlink(docs)
+    os.rename(real, docs)  # and the plain folder is back
+    flips += 1
+print(flips)
+"""
+"""Makes `docs` the plain folder, then a link to `private`, then the folder again, as fast as
+it can, until told to stop."""
+
+
+def test_a_link_swapped_back_and_forth_during_the_reads_never_returns_the_secret(dev_env, tmp_path):
+    """Issue 22 item 1, a link swapped during the call, through the real client: while a
+    process swaps `docs` between a plain folder and a link to a denied one, Claude reads
+    `docs/a.txt` forty times in one turn. Each read returns the plain file or fails (refused,
+    not there, changed while opened); the secret reaches no request — a read judged while
+    `docs` was the folder whose open then followed the link would send it."""
+    import subprocess
+    import sys
+
+    ws = workspace(tmp_path, {"permissions": {"deny": ["Read(./private/**)"]}})
+    for folder, text in (("plain", "nothing to see\n"), ("private", SECRET + "\n")):
+        (ws / folder).mkdir()
+        (ws / folder / "a.txt").write_text(text)
+    (ws / "plain").rename(ws / "docs")
+    stop = tmp_path / "stop"
+    calls = [(f"r{i}", "Read", {"file_path": "docs/a.txt"}) for i in range(40)]
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(ws), str(stop)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        result, server, _ = run(dev_env, tmp_path, ws, [tool_turn(calls), text_turn("Done.")])
+    finally:
+        stop.touch()
+        flips = int(swapper.communicate(timeout=30)[0] or 0)
+    assert result["terminal"] == "completed", result
+    assert flips > 100, flips  # it did swap while the reads ran
+    assert SECRET not in json.dumps(server.requests)
+    sent = results_sent(server, 1)
+    assert len(sent) == len(calls)
+    plain = [b for b in sent.values() if "nothing to see" in text_of(b)]
+    refused = [b for b in sent.values() if b.get("is_error")]
+    assert len(plain) + len(refused) == len(calls), sent
+    assert plain, "no read got through: the test saw nothing"
