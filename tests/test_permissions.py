@@ -1182,3 +1182,33 @@ def test_an_assignment_split_by_a_line_continuation_is_still_seen_through() -> N
     c = ctx(allow=["Bash"], deny=["Bash(rm:*)"])
     assert bash("A\\\n=1 rm x", c).behavior == DENY
     assert bash('"A"=1 rm x', c).behavior == DENY  # not an assignment to bash: denied anyway
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        # found by a review of the tree-sitter reading: each runs `rm x` in bash
+        "v=a; echo ${v#$(rm x)}",
+        'echo "${PWD%%$(rm x)}"',
+        "v=a; echo ${v^^$(rm x)}",
+        "echo ${v:-`rm x`}",
+        "echo ${v:-${w:-`rm x`}}",
+        "v=a; echo ${v/a/`rm x`}",
+        "echo ${v:-$[`rm x`]}",
+        "echo ${v:-<(rm x)}",
+        "[[ a =~ <(rm x) ]]",
+        "cat <<EOF\n${v:-`rm x`}\nEOF",
+        "cat <<'EOF'\n\\\nEOF\nrm x\nEOF",  # `\` alone: the grammar ends the body elsewhere
+        "cat <<-'EOF'\n\\\nEOF\nrm x\nEOF",
+        "cat <<EOF\n`echo \\`rm x\\``\nEOF",
+        "echo `echo \\`rm x\\``",
+        "echo $(echo `echo \\`rm x\\``)",
+        "a=([\\`rm x\\`]=1)",
+        "[[ -v 'a[$(rm x)]' ]]",
+        "x='a[$(rm x)]'; [[ $x -eq 0 ]]",
+        "bash -c 'echo ${PWD#$(rm x)}'",
+    ],
+)
+def test_substitutions_the_grammar_leaves_in_text_are_never_allowed(command: str) -> None:
+    for c in (ctx(allow=["Bash"], deny=["Bash(rm:*)"]), ctx(allow=["Bash(echo:*)", "Bash(cat:*)"])):
+        assert bash(command, c).behavior != ALLOW, command

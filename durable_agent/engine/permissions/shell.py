@@ -138,6 +138,12 @@ _PLAIN_WORD = re.compile(r"[^\\$*?\[{~]*")
 _GLOB = re.compile(r"[$*?\[]")
 _ESCAPE = re.compile(r"\\(.)|\\$", re.DOTALL)
 _ESCAPED = re.compile(r"\\.", re.DOTALL)
+_SUBSTITUTION = re.compile(r"`|\$\(|\$\[|<\(|>\(")
+"""What starts a command (or arithmetic) substitution or a process substitution."""
+_ESCAPED_SUBSTITUTION = re.compile(r"\\[`$]")
+_ARITHMETIC_TESTS = frozenset({"-v", "-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_INERT_LEAVES = frozenset({"raw_string", "ansi_c_string", "comment", "heredoc_start"})
+"""Leaves whose text runs nothing: single-quoted, `$'...'`, a comment, a delimiter."""
 # In an unquoted here-document a backslash quotes only \\, $, ` and a newline; `"` is itself.
 _HEREDOC_TO_DQ = re.compile(r'(\\[\\$`\n])|(\\)|"')
 _DQ_ESCAPE = re.compile(r'\\([\\"$`\n])')
@@ -299,6 +305,20 @@ class _Walker:
             return []
         if node.child_count and t not in ("string", "heredoc_body"):
             self._check_gaps(node)
+        elif not node.child_count and t not in _INERT_LEAVES:
+            # A leaf is text the grammar did not read into parts: a substitution in it (the
+            # operand of `${v#$(rm x)}`, `${v:-`rm x`}`, a `[[ =~ <(rm x) ]]` regex) would
+            # run unseen.
+            bare = _ESCAPED.sub("", self.text(node))
+            if _SUBSTITUTION.search(bare):
+                raise ShellParseError("a substitution the shell grammar did not read")
+        if t in ("array", "subscript") and _ESCAPED_SUBSTITUTION.search(self.text(node)):
+            # a subscript is evaluated as arithmetic after quote removal: `a=([\`rm x\`]=1)`
+            raise ShellParseError("an escaped substitution in an array subscript")
+        if t == "command_substitution" and self.text(node).startswith("`"):
+            inner = self.text(node)[1:-1]
+            if "\\`" in inner or "\\$" in inner:  # nested backticks: bash's own quoting
+                raise ShellParseError("backticks nested in backticks")
         if t in _SIMPLE:
             part = Part()
             todo = self._simple(node, part)
@@ -310,7 +330,14 @@ class _Walker:
         if t == "redirected_statement":
             return self._redirected(node)
         if t == "test_command":
-            part = Part(words=self._flatten(node))
+            words = self._flatten(node)
+            if words and any(w.value in _ARITHMETIC_TESTS for w in words):
+                # `-v NAME[...]` and `-eq`/`-lt`/... evaluate subscripts and operands as
+                # arithmetic, which runs `$(...)` written in a variable or a quoted word: the
+                # test counts as computed (asked about) unless every word is plain.
+                if any(w.dynamic or "[" in w.value or "$" in w.value for w in words[1:]):
+                    words[0] = Word(words[0].value, words[0].raw, True)
+            part = Part(words=words)
             return [*node.children, part]
         if t == "heredoc_redirect":
             return self._heredoc(node)
@@ -444,6 +471,11 @@ class _Walker:
         end = next((c for c in node.children if c.type == "heredoc_end"), None)
         body = next((c for c in node.children if c.type == "heredoc_body"), None)
         strip_tabs = any(c.type == "<<-" for c in node.children)
+        for child in node.children:
+            if child.type in _WORDS:
+                # `\` alone on the body's first line: the grammar reads it as a line
+                # continuation and ends the body elsewhere than bash does.
+                raise ShellParseError("a here-document the shell grammar reads differently")
         if start is None or end is None:
             raise ShellParseError("a here-document without its delimiter")
         raw = self.text(start)
