@@ -1212,3 +1212,32 @@ def test_an_assignment_split_by_a_line_continuation_is_still_seen_through() -> N
 def test_substitutions_the_grammar_leaves_in_text_are_never_allowed(command: str) -> None:
     for c in (ctx(allow=["Bash"], deny=["Bash(rm:*)"]), ctx(allow=["Bash(echo:*)", "Bash(cat:*)"])):
         assert bash(command, c).behavior != ALLOW, command
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        # each runs `rm x` in bash; the old lexer allowed them all under `Bash` + `Bash(rm:*)`
+        ("echo 'rm x' | bash", ASK),  # a shell reading its standard input
+        ("echo 'rm x' | sh -s", ASK),
+        ("bash <(echo rm x)", ASK),  # a computed script file
+        (". <(echo rm x)", ASK),
+        ("source <(echo rm x)", ASK),
+        ("bash -c -- 'rm x'", DENY),  # options between -c and the script
+        ("bash -c -e 'rm x'", DENY),
+        ("eval -- 'rm x'", DENY),
+        ("env -S'rm x'", DENY),  # env's split string, attached or not
+        ("env --split-string='rm x'", DENY),
+        ("script -qc'rm x' /dev/null", DENY),  # -c attached to other options
+        ("setarch x86_64 rm x", DENY),  # wrappers that run their arguments
+        ("prlimit rm x", DENY),
+        ("setpriv rm x", DENY),
+        ("rbash -c 'rm x'", DENY),
+        # what runs nothing hidden stays allowed
+        ("bash script.sh", ALLOW),
+        ("echo x | bash -c 'cat'", ALLOW),
+        ("env FOO=1 ls", ALLOW),
+    ],
+)
+def test_what_a_shell_or_wrapper_runs_is_seen(command: str, expected: Behavior) -> None:
+    assert bash(command, ctx(allow=["Bash"], deny=["Bash(rm:*)"])).behavior == expected

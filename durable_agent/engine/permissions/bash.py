@@ -57,10 +57,21 @@ _DENY_WRAPPERS = _ALLOW_WRAPPERS | frozenset(
         "env", "sudo", "doas", "command", "builtin", "exec", "xargs", "nice", "ionice",
         "chrt", "taskset", "setsid", "unbuffer", "watch", "flock", "chroot", "runuser",
         "su", "strace", "ltrace", "nsenter", "unshare", "firejail", "caffeinate", "parallel",
-        "systemd-run", "busybox", "script", "coproc",
+        "systemd-run", "busybox", "script", "coproc", "setarch", "linux32", "linux64",
+        "i386", "x86_64", "prlimit", "setpriv", "sg", "fakeroot", "eatmydata", "pkexec",
+        "gosu", "su-exec", "chpst", "numactl", "cgexec", "cpulimit", "faketime", "proot",
+        "torsocks", "proxychains", "proxychains4", "xvfb-run", "dbus-launch",
+        "systemd-inhibit", "valgrind", "catchsegv",
     }
 )  # fmt: skip
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "mksh"})
+_SHELLS = frozenset(
+    {"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "mksh", "rbash", "yash", "posh",
+     "csh", "tcsh", "ksh93", "lksh", "oksh", "loksh"}
+)  # fmt: skip
+_SOURCE = frozenset({".", "source"})
+_DASH_C = frozenset({"script", "su", "runuser", "sg", "flock"})
+"""Wrappers whose `-c COMMAND` may be attached to other options (`script -qc'rm x'`)."""
+_COMPUTED = "<a script read at run time>"
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
 
@@ -124,11 +135,36 @@ def _deny_views(words: list[Word], work: _Work, depth: int = 0) -> list[list[Wor
                 visit(k)
         scripts: list[str] = []
         if head == "eval":
-            scripts.append(" ".join(w.value for w in ws[1:]))
+            args = ws[2:] if len(ws) > 1 and ws[1].value == "--" else ws[1:]
+            scripts.append(" ".join(w.value for w in args))
         if head in _SHELLS:
-            for k, w in enumerate(ws[1:-1], start=1):
-                if re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", w.value):
+            operands = [k for k, w in enumerate(ws[1:], start=1) if not _option(w.value)]
+            dash_c = [
+                k for k, w in enumerate(ws[1:], 1) if re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", w.value)
+            ]
+            if dash_c:  # the script is the first operand after -c (options may come between)
+                after = [k for k in operands if k > dash_c[0]]
+                if after:
+                    scripts.append(ws[after[0]].value)
+            elif not operands or ws[operands[0]].dynamic:
+                # no -c and no script file (or a computed one, `bash <(…)`): it runs what its
+                # standard input or that file holds, which is not on this command line
+                views.append([Word(_COMPUTED, _COMPUTED, True)])
+        if head in _SOURCE and (len(ws) < 2 or ws[1].dynamic):
+            views.append([Word(_COMPUTED, _COMPUTED, True)])
+        if head == "env":
+            for k, w in enumerate(ws[1:], start=1):
+                if w.value in ("-S", "--split-string") and k + 1 < len(ws):
                     scripts.append(ws[k + 1].value)
+                elif w.value.startswith("--split-string="):
+                    scripts.append(w.value.partition("=")[2])
+                elif re.match(r"-[A-Za-z]*S", w.value) and not w.value.startswith("--"):
+                    scripts.append(w.value[w.value.index("S") + 1 :])
+        if head in _DASH_C:
+            for w in ws[1:]:
+                attached = re.fullmatch(r"-[A-Za-z]*c(.+)", w.value, re.DOTALL)
+                if attached:
+                    scripts.append(attached.group(1))
         for script in scripts:
             try:
                 for part in split_command(script, depth + 1, work):
@@ -147,6 +183,11 @@ def _deny_views(words: list[Word], work: _Work, depth: int = 0) -> list[list[Wor
 
     visit(0)
     return views
+
+
+def _option(value: str) -> bool:
+    """An option word of a shell's command line (`-e`, `+x`, `--`, `-o pipefail`'s `-o`)."""
+    return value[:1] in ("-", "+") and value not in ("-", "+")
 
 
 def _chars(words: list[Word]) -> int:
