@@ -1233,7 +1233,21 @@ def test_substitutions_the_grammar_leaves_in_text_are_never_allowed(command: str
         ("prlimit rm x", DENY),
         ("setpriv rm x", DENY),
         ("rbash -c 'rm x'", DENY),
+        ("trap 'rm x' EXIT", DENY),  # strings bash runs later
+        ("mapfile -C rm -c 1 <<< x", DENY),
+        ("shopt -s expand_aliases\nalias r=rm\nr x", DENY),
+        ("hash -p /bin/rm ls; ls x", ASK),
+        ("x='$(rm x)'; echo \"${x@P}\"", ASK),
+        ("PS4='$(rm x)'; set -x; :", ASK),
+        ("test -v 'a[$(rm x)]'", ASK),  # subscripts evaluated as arithmetic
+        ("let 'a[$(rm x)]=1'", ASK),
+        ("x='a[$(rm x)]'; echo $((x))", ASK),
+        ("printf -v 'a[$(rm x)]' %s 1", ASK),
         # what runs nothing hidden stays allowed
+        ("trap - EXIT", ALLOW),
+        ("alias ll='ls -l'", ALLOW),
+        ("let i=1+2", ALLOW),
+        ("echo ${x@Q}", ALLOW),
         ("bash script.sh", ALLOW),
         ("echo x | bash -c 'cat'", ALLOW),
         ("env FOO=1 ls", ALLOW),

@@ -72,6 +72,26 @@ _SOURCE = frozenset({".", "source"})
 _DASH_C = frozenset({"script", "su", "runuser", "sg", "flock"})
 """Wrappers whose `-c COMMAND` may be attached to other options (`script -qc'rm x'`)."""
 _COMPUTED = "<a script read at run time>"
+_LATER = re.compile(r"(PS[0124]|PROMPT_COMMAND|BASH_ENV|ENV)\+?=")
+"""Variables whose value bash runs or expands as a prompt later (`PS4='$(rm x)'; set -x`)."""
+_ARITHMETIC_NAMES = frozenset(
+    {"test", "[", "let", "printf", "declare", "typeset", "local", "export", "readonly",
+     "read", "unset", "mapfile", "readarray"}
+)  # fmt: skip
+"""Builtins that evaluate a `name[subscript]` as arithmetic, which runs a `$(…)` in it."""
+
+
+def _subscripted(value: str) -> bool:
+    """A subscript holding a substitution, which arithmetic evaluation would run."""
+    return "[" in value and any(m in value for m in ("$(", "`", "$["))
+
+
+def _runs_later(assignment: str) -> bool:
+    """An assignment whose value bash runs later: a prompt or startup variable, or a
+    `name[…]` with a substitution that a later arithmetic use (`$((x))`) evaluates."""
+    return _LATER.match(assignment) is not None or _subscripted(assignment.partition("=")[2])
+
+
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
 
@@ -109,6 +129,8 @@ def _deny_views(words: list[Word], work: _Work, depth: int = 0) -> list[list[Wor
     paid for from `work` (wrappers around many words would make it quadratic)."""
     work.spend(_chars(words))
     views: list[list[Word]] = [words]
+    if any("@P}" in w.raw for w in words):  # `${x@P}`: x is expanded as a prompt, runs `$(…)`
+        views.append([Word(_COMPUTED, _COMPUTED, True)])
     if depth > _MAX_DEPTH:
         return views
     seen: set[int] = set()
@@ -120,6 +142,8 @@ def _deny_views(words: list[Word], work: _Work, depth: int = 0) -> list[list[Wor
         while i < len(words) and (
             _ASSIGNMENT.match(words[i].raw) or _ASSIGNMENT.match(words[i].value)
         ):  # the value too: `A\<newline>=1` is an assignment once the newline is gone
+            if _runs_later(words[i].value):
+                views.append([Word(_COMPUTED, _COMPUTED, True)])
             i += 1
         if i >= len(words):
             return
@@ -138,18 +162,35 @@ def _deny_views(words: list[Word], work: _Work, depth: int = 0) -> list[list[Wor
             args = ws[2:] if len(ws) > 1 and ws[1].value == "--" else ws[1:]
             scripts.append(" ".join(w.value for w in args))
         if head in _SHELLS:
-            operands = [k for k, w in enumerate(ws[1:], start=1) if not _option(w.value)]
-            dash_c = [
-                k for k, w in enumerate(ws[1:], 1) if re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", w.value)
-            ]
-            if dash_c:  # the script is the first operand after -c (options may come between)
-                after = [k for k in operands if k > dash_c[0]]
-                if after:
-                    scripts.append(ws[after[0]].value)
-            elif not operands or ws[operands[0]].dynamic:
-                # no -c and no script file (or a computed one, `bash <(…)`): it runs what its
-                # standard input or that file holds, which is not on this command line
+            # Options come first: the first operand is the script of `-c`, else a script file.
+            dash_c, first = False, None
+            for w in ws[1:]:
+                if not _option(w.value):
+                    first = w
+                    break
+                dash_c = dash_c or re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", w.value) is not None
+            if dash_c and first is not None:
+                scripts.append(first.value)
+            elif not dash_c and (first is None or first.dynamic):
+                # no script file (or a computed one, `bash <(…)`): it runs what its standard
+                # input or that file holds, which is not on this command line
                 views.append([Word(_COMPUTED, _COMPUTED, True)])
+        if head in ("trap", "alias"):
+            plain = [w for w in ws[1:] if not _option(w.value)]
+            if head == "trap" and len(plain) >= 2 and plain[0].value != "-":
+                scripts.append(plain[0].value)  # run when the signal comes
+            if head == "alias":
+                scripts.extend(w.value.partition("=")[2] for w in plain if "=" in w.value)
+        if head in ("mapfile", "readarray"):
+            for k, w in enumerate(ws[1:], start=1):
+                if w.value == "-C" and k + 1 < len(ws):
+                    scripts.append(ws[k + 1].value)
+                elif w.value.startswith("-C") and len(w.value) > 2:
+                    scripts.append(w.value[2:])
+        if (head == "hash" and any(w.value.startswith("-p") for w in ws[1:])) or (
+            head in _ARITHMETIC_NAMES and any(_subscripted(w.value) for w in ws[1:])
+        ):
+            views.append([Word(_COMPUTED, _COMPUTED, True)])
         if head in _SOURCE and (len(ws) < 2 or ws[1].dynamic):
             views.append([Word(_COMPUTED, _COMPUTED, True)])
         if head == "env":
