@@ -1255,3 +1255,12 @@ def test_substitutions_the_grammar_leaves_in_text_are_never_allowed(command: str
 )
 def test_what_a_shell_or_wrapper_runs_is_seen(command: str, expected: Behavior) -> None:
     assert bash(command, ctx(allow=["Bash"], deny=["Bash(rm:*)"])).behavior == expected
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["ENV=prod npm start", "PS4='+ ' bash -x s.sh", "FOO=bar make", "source venv/bin/activate"],
+)
+def test_common_assignments_and_sources_stay_allowed(command: str) -> None:
+    """What runs nothing later than it says: not asked about under `Bash` + a scoped deny."""
+    assert bash(command, ctx(allow=["Bash"], deny=["Bash(rm:*)"])).behavior == ALLOW

@@ -72,8 +72,9 @@ _SOURCE = frozenset({".", "source"})
 _DASH_C = frozenset({"script", "su", "runuser", "sg", "flock"})
 """Wrappers whose `-c COMMAND` may be attached to other options (`script -qc'rm x'`)."""
 _COMPUTED = "<a script read at run time>"
-_LATER = re.compile(r"(PS[0124]|PROMPT_COMMAND|BASH_ENV|ENV)\+?=")
-"""Variables whose value bash runs or expands as a prompt later (`PS4='$(rm x)'; set -x`)."""
+_LATER = re.compile(r"(BASH_ENV|PROMPT_COMMAND)\+?=|PS[0124]\+?=.*(\$\(|`)", re.DOTALL)
+"""Assignments whose value bash runs later: the file a non-interactive bash sources first, or a
+prompt holding a substitution (`PS4='$(rm x)'; set -x`). Not `ENV` (interactive shells only)."""
 _ARITHMETIC_NAMES = frozenset(
     {"test", "[", "let", "printf", "declare", "typeset", "local", "export", "readonly",
      "read", "unset", "mapfile", "readarray"}
