@@ -1,3 +1,17 @@
-from durable_agent.cli import main
+"""`python -m durable_agent`: the CLI. A Ctrl-C while its modules are still being imported
+ends it at once, quietly, with 130 (nothing has begun); once `main` has imported what the
+command needs, it handles Ctrl-C (`cli._started`).
+(`_signal`, not `signal`: importing `signal` builds its enums, time a Ctrl-C could land in.)"""
 
-main()
+import _signal
+import os
+
+
+def _while_starting(signum: int, frame: object) -> None:
+    os._exit(130)
+
+
+_signal.signal(_signal.SIGINT, _while_starting)
+from durable_agent.cli import main  # noqa: E402 — under the handler above
+
+main()  # which restores Ctrl-C's KeyboardInterrupt once its imports are done

@@ -45,16 +45,28 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _started() -> None:
+    """The imports are done: Ctrl-C raises KeyboardInterrupt again, which the commands handle
+    (`python -m durable_agent` ends at once on a Ctrl-C until here: an import interrupted
+    in a native extension can fail in ways `except KeyboardInterrupt` does not catch)."""
+    import signal
+
+    if getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_while_starting":
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if _claude_invocation(argv):
+            _started()
             hard_exit(_run_claude(argv))
         from durable_agent.cli.args import parser
 
         args = parser().parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C while the CLI starts (imports): nothing has begun
         os._exit(EXIT_DETACHED)
+    _started()
     if args.command is None:
         parser().print_help()
         sys.exit(EXIT_USAGE)
