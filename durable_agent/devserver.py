@@ -172,13 +172,47 @@ def _ports(last: DevServerInfo | None) -> tuple[int, int]:
     return free_port(DEFAULT_PORT), free_port(DEFAULT_UI_PORT)
 
 
+class _PortTaken(OSError):
+    """The port this server was to listen on answered, but another process holds it (two state
+    dirs starting their servers at once both found the default port free)."""
+
+
+def _listens(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds the socket listening on `port` (a server of another state
+    dir may answer there); None when /proc cannot tell."""
+    try:
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(FileNotFoundError), open(table) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        if not inodes:
+            return None
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return True
+        return False
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def ensure_dev_server(home: Path, startup_timeout: float = 30.0) -> tuple[DevServerInfo, bool]:
     """Reuse the dev server running for `home`, or start one detached. Returns (info, started)."""
     info = running(home)
     if info is not None:
         return info, False
     try:
+        for _ in range(2):  # another state dir's server took the port first: once more
+            try:
+                return _start(home, startup_timeout)
+            except _PortTaken:
+                continue
         return _start(home, startup_timeout)
+    except _PortTaken as exc:
+        raise DevServerError(str(exc), "set TEMPORAL_ADDRESS, or try again") from None
     except OSError as exc:  # the state dir or its log cannot be made or written
         disk = full_disk(home, str(exc)) if home.exists() else None
         raise DevServerError(
@@ -217,10 +251,13 @@ def _start(home: Path, startup_timeout: float) -> tuple[DevServerInfo, bool]:
             env=without_private(os.environ),  # a tool may read /proc/<server>/environ
         )
     deadline = time.monotonic() + startup_timeout
-    while not port_open("127.0.0.1", port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            if proc.poll() is None:
+    while not (port_open("127.0.0.1", port) and _listens(proc.pid, port) is not False):
+        exited = proc.poll() is not None
+        if exited or time.monotonic() > deadline:
+            if not exited:
                 proc.kill()
+            elif port_open("127.0.0.1", port):  # it could not bind: another server has it
+                raise _PortTaken(f"port {port} was taken by another server as this one started")
             raise _not_started(home, log_path)
         time.sleep(0.1)
     info = DevServerInfo(

@@ -31,3 +31,24 @@ def test_the_embedded_dev_server_does_not_hold_the_projects_secrets(tmp_path, mo
         stop_dev_server(home)
     assert b"PATH=" in environ  # it was read
     assert b"never-in-the-server" not in environ
+
+
+def test_state_dirs_starting_their_servers_at_once_each_get_their_own(tmp_path):
+    """Three state dirs start their embedded servers at the same moment: all find the default
+    port free, one gets it; the others must not record it (its answer is the winner's) but
+    start again elsewhere. Each record names a live server of its own, on its own port."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from durable_agent.devserver import _listens, ensure_dev_server, port_open, stop_dev_server
+
+    homes = [tmp_path / f"home{i}" for i in range(3)]
+    with ThreadPoolExecutor(len(homes)) as pool:
+        infos = [info for info, _ in pool.map(ensure_dev_server, homes)]
+    try:
+        assert len({info.address for info in infos}) == len(homes), infos
+        for info in infos:
+            port = int(info.address.rsplit(":", 1)[1])
+            assert port_open("127.0.0.1", port) and _listens(info.pid, port) is True, info
+    finally:
+        for home in homes:
+            stop_dev_server(home)

@@ -18,9 +18,18 @@ from durable_agent.cli import sdk_log
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.following import following
-from durable_agent.devserver import DevServerError, ensure_dev_server, running
+from durable_agent.devserver import (
+    DevServerError,
+    ensure_dev_server,
+    pid_alive,
+    recorded,
+    running,
+)
 from durable_agent.paths import state_home
 from durable_agent.payloads import data_converter
+
+RECORDED_SERVER_SECONDS = 15.0
+"""How long a command that starts no server waits for the recorded one whose process lives."""
 
 
 async def connect(console: Console, start_server: bool = True) -> Client:
@@ -41,6 +50,14 @@ async def connect(console: Console, start_server: bool = True) -> Client:
                     warm.spawn(home)  # the next run from this shell needs no worker of its own
             else:
                 found = running(home)
+                recorded_info = recorded(home)
+                if found is None and recorded_info is not None and pid_alive(recorded_info.pid):
+                    # its process lives but did not answer at once (a busy machine, or a
+                    # server just started): a few seconds more before saying it is not there
+                    until = asyncio.get_running_loop().time() + RECORDED_SERVER_SECONDS
+                    while found is None and asyncio.get_running_loop().time() < until:
+                        await asyncio.sleep(0.5)
+                        found = running(home)
                 if found is None:
                     raise CliError(
                         "no Temporal dev server is running for this state dir",
