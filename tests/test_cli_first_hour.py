@@ -75,7 +75,7 @@ main(sys.argv[1:])
 
 
 def test_the_demo_is_listed_with_its_workspace_and_tail_shows_how_it_ended(dev_env, tmp_path):
-    """The demo runs without the dev dependency group (the README runs it with --no-dev)."""
+    """The demo runs without the dev dependency group (`uv run --no-dev durable-agent demo`)."""
     env = cli_env(tmp_path, TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host)
     demo = subprocess.run(  # as `uv run --no-dev durable-agent demo` runs it: no dev group
         [sys.executable, "-c", WITHOUT_DEV, "demo", "--output-format", "json"],
