@@ -41,6 +41,7 @@ from durable_agent.engine.permissions.shell import (
     TooComplex,
     Word,
     _Work,
+    is_assignment,
     split_command,
 )
 
@@ -93,9 +94,6 @@ def _runs_later(assignment: str) -> bool:
     return _LATER.match(assignment) is not None or _subscripted(assignment.partition("=")[2])
 
 
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
-
-
 def _strip_allow_wrappers(words: list[Word]) -> list[Word] | None:
     """`words` without the documented wrappers in front (`timeout 5 `, `nice -n 5 `, ...);
     None when a wrapper's arguments are not the plain documented forms."""
@@ -140,9 +138,7 @@ def _deny_views(words: list[Word], work: _Work, depth: int = 0) -> list[list[Wor
         if i in seen:
             return
         seen.add(i)
-        while i < len(words) and (
-            _ASSIGNMENT.match(words[i].raw) or _ASSIGNMENT.match(words[i].value)
-        ):  # the value too: `A\<newline>=1` is an assignment once the newline is gone
+        while i < len(words) and is_assignment(words[i]):
             if _runs_later(words[i].value):
                 views.append([Word(_COMPUTED, _COMPUTED, True)])
             i += 1
@@ -441,9 +437,7 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
                         setattr(ev, slot, (r, f"{text} < {target.value}"))
         if not part.words or part.deny_only:
             continue
-        program_dynamic = any(
-            v and v[0].dynamic and not _ASSIGNMENT.match(v[0].value) for v in views
-        )
+        program_dynamic = any(v and v[0].dynamic and not is_assignment(v[0]) for v in views)
         if program_dynamic and scoped_guard:
             ev.unsure = ev.unsure or f"the program of `{text}` is computed at run time"
         # Allow: the part as written, or without the documented wrappers (timeout, nice, ...).

@@ -161,6 +161,14 @@ def _get_parser() -> Parser:
     return _parser
 
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
+
+
+def is_assignment(word: Word) -> bool:
+    """A `VAR=value` word: as written, or once a line continuation is gone (`A\\<newline>=1`)."""
+    return _ASSIGNMENT.match(word.raw) is not None or _ASSIGNMENT.match(word.value) is not None
+
+
 _PLAIN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*(?: [A-Za-z0-9_./:,+-]+)*")
 """A command of plain words, one space apart, read without the grammar (the same Parts: no
 quote, expansion, glob, operator, redirection or assignment; a command name the grammar reads as
@@ -541,7 +549,7 @@ class _Walker:
         for part in self.parts:
             words = part.words
             i = 0
-            while i < len(words) and re.match(r"[A-Za-z_][A-Za-z0-9_]*\+?=", words[i].raw):
+            while i < len(words) and is_assignment(words[i]):
                 i += 1
             if i < len(words) and words[i].dynamic:
                 shells.append(words[i].raw)
