@@ -6,7 +6,7 @@ here: the activities resolve a file tool's path and call `check` on both paths, 
 answer winning (activities/tools/links.py); the Bash sandbox holds against links a command
 follows.
 
-Patterns are gitignore-style, anchored as the docs say (`_anchor`). `_eval_paths` applies the
+Patterns are gitignore-style, anchored as the docs say (`_rooted`). `_eval_paths` applies the
 rules to the paths of a file tool's call (`_read_paths` for the read tools); `read_denied` and
 `read_deny_roots` tell the search tools and the sandbox what the deny rules hide.
 """
@@ -47,25 +47,6 @@ def normalize_path(path: str, ctx: PermissionContext, base: str | None = None) -
     return "/" + path.lstrip("/")
 
 
-def _anchor(spec: str, rule: Rule, ctx: PermissionContext) -> tuple[str, bool]:
-    """The absolute pattern for a gitignore-style spec, and whether it may match at any depth.
-
-    Docs: `//path` absolute, `~/path` from home, `/path` relative to the settings file's root,
-    `path` or `./path` relative to the current directory. As in gitignore, a pattern with no
-    slash (`*.env`, `.env`) matches at any depth below its anchor.
-    """
-    if spec.startswith("//"):
-        return "/" + spec.lstrip("/"), False
-    if spec == "~" or spec.startswith("~/"):
-        return ctx.home.rstrip("/") + spec[1:], False
-    if spec.startswith("/"):
-        return (rule.root or ctx.cwd).rstrip("/") + spec, False
-    # `./name` is anchored at cwd; a bare `name` with no slash matches at any depth.
-    anywhere = "/" not in spec.rstrip("/")
-    rest = spec[2:] if spec.startswith("./") else spec
-    return ctx.cwd.rstrip("/") + "/" + rest, anywhere
-
-
 @functools.lru_cache(maxsize=1024)
 def _gitignore_regex(pattern: str) -> re.Pattern[str]:
     """The compiled regex of one gitignore pattern (pathspec's, as git reads it), matched
@@ -82,10 +63,12 @@ def _gitignore_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _rooted(spec: str, rule: Rule, ctx: PermissionContext) -> tuple[str, str, bool]:
-    """A spec split as `_anchor` reads it: the folder it is anchored at (a literal path, never
-    a pattern: a workspace named `proj[1]` is no character class), the gitignore pattern
-    relative to it (`..` climbs resolved into the folder), and whether the pattern matches at
-    any depth below it."""
+    """A spec split at its anchor, as the docs say: `//path` absolute, `~/path` from home,
+    `/path` from the settings file's root, `path` or `./path` from the current directory; as in
+    gitignore, a pattern with no slash (`*.env`, `.env`) matches at any depth below it. Returns
+    the folder it is anchored at (a literal path, never a pattern: a workspace named `proj[1]`
+    is no character class), the gitignore pattern relative to it (`..` climbs resolved into
+    the folder), and whether the pattern matches at any depth below it."""
     if spec.startswith("//"):
         root, rest = "/", spec.lstrip("/")
     elif spec == "~" or spec.startswith("~/"):
@@ -143,7 +126,8 @@ def read_deny_roots(ctx: PermissionContext, family: str = "Read") -> list[tuple[
         if rule.specifier is None:
             roots.append(("/", False))
             continue
-        absolute, anywhere = _anchor(rule.specifier, rule, ctx)
+        root, pattern, anywhere = _rooted(rule.specifier, rule, ctx)
+        absolute = posixpath.join(root, pattern) if pattern else root
         absolute = "/" + posixpath.normpath(absolute).lstrip("/")
         for suffix in ("/**", "/*"):  # a folder's contents: cover the folder
             if absolute.endswith(suffix) and not _wild(absolute[: -len(suffix)]):
