@@ -164,7 +164,7 @@ class CompactionActivities:
         """PreCompact hooks run first; what they print to stderr is shown to the user."""
         payload = {
             "session_id": req.session_id,
-            "transcript_path": str(self.store.transcript_path(req.session_id)),
+            "transcript_path": str(await off_loop(self.store.local_transcript, req.session_id)),
             "trigger": "auto" if req.trigger == "auto" else "manual",
             "custom_instructions": req.custom_instructions,
         }

@@ -249,7 +249,7 @@ class HookActivities:
         parallel; stdin is the event's payload with Claude Code's common fields."""
         body = {
             "session_id": req.session_id,
-            "transcript_path": str(self.transcript_path(req.session_id)),
+            "transcript_path": str(await off_loop(self.transcript_path, req.session_id)),
             "cwd": req.workspace,
             **req.payload,
             "hook_event_name": req.event,
@@ -280,7 +280,7 @@ class HookActivities:
         the model; {"continue": false} ends the query."""
         payload = {
             "session_id": req.session_id,
-            "transcript_path": str(self.transcript_path(req.session_id)),
+            "transcript_path": str(await off_loop(self.transcript_path, req.session_id)),
             "stop_hook_active": req.stop_hook_active,
         }
         ledger = self.ledger(req.session_id) if self.ledger else None

@@ -259,8 +259,8 @@ class TranscriptStore:
         cursor: str | None = head_uuid
         while cursor is not None:
             entry = entries.get(cursor)
-            if entry is None and not self.transcript_path(session_id).exists():
-                raise TranscriptError(f"transcript {session_id} is not on this machine")
+            if entry is None and not self.has_transcript(session_id):
+                raise TranscriptError(f"transcript {session_id} is not {self.where}")
             if entry is None:
                 raise TranscriptDamaged(self.damaged(session_id, f"entry {cursor} is missing"))
             if since_boundary and entry.is_compact_boundary:
@@ -272,6 +272,39 @@ class TranscriptStore:
         out.reverse()
         return out
 
+    where = "on this machine"
+    """Where this store keeps transcripts, for a message: "on this machine", "in the store"."""
+
+    def has_transcript(self, session_id: str) -> bool:
+        return self.transcript_path(session_id).exists()
+
+    def local_transcript(self, session_id: str) -> Path:
+        """A JSONL file of the session's transcript on this machine, for hooks (their
+        `transcript_path`) and tools to read (blocking)."""
+        return self.transcript_path(session_id)
+
+    def location(self, session_id: str) -> str:
+        """Where the session's transcript is, for a message."""
+        return str(self.transcript_path(session_id))
+
+    def fetch_overflow(self, session_id: str) -> None:
+        """Make the session's overflow files readable here (a shared store copies them in)."""
+
+    def stream_since(self, session_id: str, offset: int | None) -> tuple[list[str], int]:
+        """The stream event lines written after `offset` (None: from now on, nothing), and the
+        offset to read on from."""
+        path = self.stream_path(session_id)
+        if offset is None:
+            return [], path.stat().st_size if path.exists() else 0
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return [], offset
+        whole = data[: data.rfind(b"\n") + 1]
+        return whole.decode("utf-8", errors="replace").splitlines(), offset + len(whole)
+
     def torn_files(self, session_id: str) -> list[Path]:
         """The torn tails cut off this session's transcript, oldest first."""
         path = self.transcript_path(session_id)
@@ -279,56 +312,63 @@ class TranscriptStore:
 
     def damaged(self, session_id: str, what: str) -> str:
         """One line: the transcript is damaged, how, and where its cut-off bytes are."""
-        text = f"the session's transcript {self.transcript_path(session_id)} is damaged: {what}"
+        text = f"the session's transcript {self.location(session_id)} is damaged: {what}"
         if torn := self.torn_files(session_id):
             text += f" (the bytes cut off its end are kept in {torn[-1]})"
         return text
 
-    def _early_path(self, session_id: str, assistant_uuid: str, tool_use_id: str) -> Path:
-        name = f"{_SAFE_ID.sub('_', assistant_uuid)}.{_SAFE_ID.sub('_', tool_use_id)}.json"
-        return self._results_dir(session_id) / "early" / name
+    def _record_path(self, session_id: str, kind: str, key: str) -> Path:
+        results = self._results_dir(session_id)
+        if kind == "early":
+            return results / "early" / f"{key}.json"
+        if kind == "started":
+            return results / f"{key}.json.started"
+        return results / f"{key}.json"
+
+    def _put_record(self, session_id: str, kind: str, key: str, text: str) -> None:
+        """Keep `text` as the session's record `kind`/`key`, replacing one kept before."""
+        write_file_atomic(self._record_path(session_id, kind, key), text)
+
+    def _get_record(self, session_id: str, kind: str, key: str) -> str | None:
+        try:
+            return self._record_path(session_id, kind, key).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
 
     def put_early_tool_use(self, session_id: str, assistant_uuid: str, block: ToolUseBlock) -> None:
         """A tool_use complete in the stream, before its message is stored (for early starts)."""
-        target = self._early_path(session_id, assistant_uuid, block.id)
-        write_file_atomic(target, block.model_dump_json())
+        self._put_record(
+            session_id, "early", _early_key(assistant_uuid, block.id), block.model_dump_json()
+        )
 
     def tool_use(self, session_id: str, assistant_uuid: str, tool_use_id: str) -> ToolUseBlock:
         entry = self.entries(session_id).get(assistant_uuid)
-        early = self._early_path(session_id, assistant_uuid, tool_use_id)
-        if entry is None and early.exists():
-            return ToolUseBlock.model_validate_json(early.read_text(encoding="utf-8"))
         if entry is None:
+            early = self._get_record(session_id, "early", _early_key(assistant_uuid, tool_use_id))
+            if early is not None:
+                return ToolUseBlock.model_validate_json(early)
             raise TranscriptError(f"assistant entry {assistant_uuid} is missing")
         for block in entry.message.tool_uses() if entry.message else []:
             if block.id == tool_use_id:
                 return block
         raise TranscriptError(f"tool_use {tool_use_id} is not in entry {assistant_uuid}")
 
-    def _result_path(self, session_id: str, tool_use_id: str, run_id: str) -> Path:
-        suffix = f".{_SAFE_ID.sub('_', run_id)}" if run_id else ""
-        return self._results_dir(session_id) / f"{_SAFE_ID.sub('_', tool_use_id)}{suffix}.json"
-
     def put_tool_result(self, session_id: str, block: ToolResultBlock, run_id: str = "") -> None:
         """Keep a finished tool's result until the next user entry takes it."""
-        target = self._result_path(session_id, block.tool_use_id, run_id)
-        write_file_atomic(target, block.model_dump_json())
-
-    def _started_path(self, session_id: str, tool_use_id: str, run_id: str) -> Path:
-        result = self._result_path(session_id, tool_use_id, run_id)
-        return result.with_name(result.name + ".started")
+        key = _result_key(block.tool_use_id, run_id)
+        self._put_record(session_id, "result", key, block.model_dump_json())
 
     def mark_tool_started(
         self, session_id: str, tool_use_id: str, run_id: str, record: dict[str, Any]
     ) -> None:
         """Record that an execution of a side-effecting tool is about to run (DESIGN §3)."""
-        write_file_atomic(self._started_path(session_id, tool_use_id, run_id), json.dumps(record))
+        key = _result_key(tool_use_id, run_id)
+        self._put_record(session_id, "started", key, json.dumps(record))
 
     def tool_started(self, session_id: str, tool_use_id: str, run_id: str) -> dict[str, Any] | None:
         """The start record of this execution, if one was written."""
-        try:
-            text = self._started_path(session_id, tool_use_id, run_id).read_text("utf-8")
-        except FileNotFoundError:
+        text = self._get_record(session_id, "started", _result_key(tool_use_id, run_id))
+        if text is None:
             return None
         try:
             value = json.loads(text)
@@ -379,10 +419,17 @@ class TranscriptStore:
     def get_tool_result(
         self, session_id: str, tool_use_id: str, run_id: str = ""
     ) -> ToolResultBlock | None:
-        target = self._result_path(session_id, tool_use_id, run_id)
-        if not target.exists():
-            return None
-        return ToolResultBlock.model_validate_json(target.read_text(encoding="utf-8"))
+        text = self._get_record(session_id, "result", _result_key(tool_use_id, run_id))
+        return None if text is None else ToolResultBlock.model_validate_json(text)
+
+
+def _early_key(assistant_uuid: str, tool_use_id: str) -> str:
+    return f"{_SAFE_ID.sub('_', assistant_uuid)}.{_SAFE_ID.sub('_', tool_use_id)}"
+
+
+def _result_key(tool_use_id: str, run_id: str) -> str:
+    suffix = f".{_SAFE_ID.sub('_', run_id)}" if run_id else ""
+    return f"{_SAFE_ID.sub('_', tool_use_id)}{suffix}"
 
 
 def user_message(store: TranscriptStore, session_id: str, pending: PendingUser) -> Message:
@@ -449,4 +496,4 @@ class StoreActivities:
 
     @activity.defn(name=Activities.TRANSCRIPT_LOCATION)
     async def transcript_location(self, session_id: str) -> str:
-        return str(self.store.transcript_path(session_id))
+        return self.store.location(session_id)

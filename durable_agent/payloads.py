@@ -21,6 +21,7 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -76,10 +77,60 @@ class FilesystemDriver(StorageDriver):
         return payload
 
 
+class StoreDriver(StorageDriver):
+    """Oversized payloads as blobs of the shared store (DURABLE_AGENT_STORE), which every
+    worker and CLI of a fleet reach."""
+
+    def __init__(self, home: Path, env: Mapping[str, str] | None) -> None:
+        self.home, self.env = home, env
+
+    def name(self) -> str:
+        return "durable-agent-store"
+
+    def _blobs(self) -> Any:
+        from durable_agent.store import open_store
+
+        return open_store(self.home, self.env).blobs()  # type: ignore[attr-defined]
+
+    async def store(
+        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+    ) -> list[StorageDriverClaim]:
+        def put() -> list[StorageDriverClaim]:
+            blobs, claims = self._blobs(), []
+            for payload in payloads:
+                data = payload.SerializeToString()
+                digest = hashlib.sha256(data).hexdigest()
+                if blobs.missing([digest]):
+                    blobs.put(digest, data)
+                claims.append(StorageDriverClaim(claim_data={"sha256": digest}))
+            return claims
+
+        return await asyncio.to_thread(put)
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        def get() -> list[Payload]:
+            blobs, out = self._blobs(), []
+            for claim in claims:
+                payload = Payload()
+                payload.ParseFromString(blobs.get(claim.claim_data["sha256"]))
+                out.append(payload)
+            return out
+
+        return await asyncio.to_thread(get)
+
+
 def data_converter(home: Path, env: Mapping[str, str] | None = None) -> DataConverter:
     """The converter of every client and worker; encrypting when `env` (default: this
-    process's) sets a codec key (see `codec_from_env`)."""
-    storage = ExternalStorage(drivers=[FilesystemDriver(home / "payloads")])
+    process's) sets a codec key (see `codec_from_env`). Oversized payloads go to the shared
+    store when DURABLE_AGENT_STORE names one, else to files under `home`."""
+    from durable_agent.store import store_url
+
+    driver: StorageDriver = (
+        StoreDriver(home, env) if store_url(env) else FilesystemDriver(home / "payloads")
+    )
+    storage = ExternalStorage(drivers=[driver])
     converter = dataclasses.replace(pydantic_data_converter, external_storage=storage)
     codec = codec_from_env(os.environ if env is None else env)
     if codec is None:

@@ -24,6 +24,7 @@ from activities.transcript import StoreActivities, TranscriptStore
 from durable_agent import telemetry
 from durable_agent.paths import state_home
 from durable_agent.payloads import data_converter
+from durable_agent.store import open_store
 from durable_agent.warm import code_build_id
 from workflows.query import QueryWorkflow
 from workflows.session import SessionWorkflow
@@ -42,12 +43,12 @@ def build_worker(
 ) -> Worker:
     # Before any tool or hook runs: none of them may read this process's credentials.
     protect_worker_process()
-    store = store or TranscriptStore(state_home())
+    store = store or open_store()
     model = model or ModelActivities(store, client_factory, temporal=client)
     compaction = CompactionActivities(model)
     tools = ToolActivities(store)
     stores = StoreActivities(store)
-    hooks = HookActivities(store.transcript_path, store.hook_ledger, store.get_tool_result)
+    hooks = HookActivities(store.local_transcript, store.hook_ledger, store.get_tool_result)
     return Worker(
         client,
         task_queue=task_queue,

@@ -7,6 +7,7 @@ import sysconfig
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -16,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.transcript import TranscriptStore
 from durable_agent.devserver import server_args
-from tests.system_tools import require
+from tests.system_tools import on_ci, require
 
 BIN = Path(sysconfig.get_path("scripts"))
 
@@ -118,3 +119,37 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
 
 def client_of(env: WorkflowEnvironment) -> Client:
     return env.client
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One real PostgreSQL server per test process (tests/postgres.py); each test that uses it
+    takes a database of its own (`pg_url`)."""
+    from tests import postgres
+
+    why = postgres.available()
+    if why is not None:
+        if on_ci():
+            pytest.fail(f"{why}; under CI=true the shared-store tests must run", pytrace=False)
+        pytest.skip(why)
+    with postgres.postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> str:
+    """A fresh, empty database on the test server."""
+    return str(pg_server.fresh_database())
+
+
+@pytest.fixture(params=["files", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TranscriptStore]:
+    """The store on each backend: the embedded files, then PostgreSQL."""
+    if request.param == "files":
+        yield TranscriptStore(tmp_path / "state")
+        return
+    from durable_agent.store.postgres import PostgresStore
+
+    store = PostgresStore(tmp_path / "state", request.getfixturevalue("pg_url"))
+    yield store
+    store.db.close()

@@ -173,6 +173,7 @@ async def run_in_step(
     would, unless it is short (kept inline then, and when the store cannot hold it: the model
     must see it)."""
     overflow = (store.overflow_dir(session_id),)
+    await off_loop(store.fetch_overflow, session_id)
     with tool_span(block) as span:
         output = await execute_tool(block.name, block.input, workspace, overflow, permissions)
         span.set_attribute("durable_agent.tool.is_error", output.is_error)
@@ -199,6 +200,7 @@ class ToolActivities:
 
     async def _execute(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
         overflow = (self.store.overflow_dir(req.session_id),)
+        await off_loop(self.store.fetch_overflow, req.session_id)
         task = asyncio.ensure_future(
             execute_tool(
                 block.name, block.input, req.workspace, overflow, req.permissions, req.sandbox

@@ -545,9 +545,9 @@ class StreamTail:
     for the session (TranscriptStore.stream_path), as Claude Code's `stream_event` lines, from
     where the file stood when this process started."""
 
-    def __init__(self, path: Any, out: Out) -> None:
-        self.path, self.out = path, out
-        self.offset = path.stat().st_size if path.exists() else 0
+    def __init__(self, store: Any, out: Out) -> None:
+        self.store, self.out = store, out
+        _, self.offset = store.stream_since(out.session_id, None)
         self.task = asyncio.ensure_future(self._loop())
 
     async def _loop(self) -> None:
@@ -556,15 +556,8 @@ class StreamTail:
             await asyncio.sleep(0.1)
 
     def drain(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        whole = data[: data.rfind(b"\n") + 1]
-        self.offset += len(whole)
-        for raw in whole.decode("utf-8", errors="replace").splitlines():
+        lines, self.offset = self.store.stream_since(self.out.session_id, self.offset)
+        for raw in lines:
             try:
                 item = json.loads(raw)
             except ValueError:
@@ -652,7 +645,7 @@ async def cmd_claude(argv: list[str]) -> int:
         store = _store()
         lines = Lines(store, session_id, opened.head)
         if args.partial and args.output_format == "stream-json":
-            lines.partial = StreamTail(store.stream_path(session_id), out)
+            lines.partial = StreamTail(store, out)
             stack.push_async_callback(lines.partial.stop)
         follower = asyncio.ensure_future(front.follow(lines))
         out.init(config)
@@ -807,16 +800,18 @@ async def _fork(
 
 
 async def _transcript_here(session_id: str, head: str | None) -> None:
-    """A session goes on from its transcript, which is kept in the state dir of the machine
-    that ran it (DESIGN §6: no shared store yet): refuse, in one line, to go on from a
-    machine that does not hold it, rather than start a worker there that cannot read it."""
+    """A session goes on from its transcript, which the embedded store keeps in the state dir
+    of the machine that ran it (a shared store, DURABLE_AGENT_STORE, keeps it for every
+    machine): refuse, in one line, to go on from a machine that does not hold it, rather than
+    start a worker there that cannot read it."""
     store = _store()
     if head is None or head in await asyncio.to_thread(store.entries, session_id):
         return
     raise CliError(
         f"session {session_id}'s transcript is not in this machine's state dir "
         f"({store.transcript_path(session_id)} lacks its last entry)",
-        "resume it on the machine that ran it (same DURABLE_AGENT_HOME), or first copy "
+        "resume it on the machine that ran it (same DURABLE_AGENT_HOME), or share a store "
+        "(DURABLE_AGENT_STORE=postgresql://…, for the machine that runs it too), or first copy "
         f"{store.transcript_path(session_id).name} (and its .results directory) from the "
         "sessions directory there into this one",
     )
@@ -882,8 +877,7 @@ def _store() -> Any:
     return _store_at(str(state_home()))
 
 
-@functools.cache
 def _store_at(root: str) -> Any:
-    from activities.transcript import TranscriptStore
+    from durable_agent.store import open_store
 
-    return TranscriptStore(Path(root))
+    return open_store(Path(root))

@@ -319,9 +319,10 @@ def _transcript_lines(status: SessionStatus) -> list[str]:
     result = status.last_result
     if result is None or result.terminal != Terminal.MODEL_ERROR:
         return []
-    from activities.transcript import TranscriptDamaged, TranscriptStore
+    from activities.transcript import TranscriptDamaged
+    from durable_agent.store import open_store
 
-    store = TranscriptStore(state_home())
+    store = open_store()
     try:
         store.chain(status.session_id, status.head_uuid or result.head_uuid)
     except TranscriptDamaged as exc:
