@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.credentials import settings_path
 from activities.heartbeat import heartbeating
@@ -31,6 +32,7 @@ from activities.tools.environment import (
     tool_environment,
 )
 from activities.transcript import off_loop, write_file_atomic
+from activities.workspace import WorkspaceHosts
 from durable_agent.engine.contracts import StopHooksInput, StopHooksOutput
 from durable_agent.engine.hooks import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -238,15 +240,23 @@ class HookActivities:
         transcript_path: Callable[[str], Path],
         ledger: Callable[[str], Path] | None = None,
         results: ResultLoader | None = None,
+        hosts: WorkspaceHosts | None = None,
     ) -> None:
         self.transcript_path = transcript_path
         self.ledger = ledger
         self.results = results
+        self.hosts = hosts
+        """This worker's copies of travelling workspaces (a shared store), None without one."""
 
     @activity.defn(name=Activities.RUN_HOOKS)
     async def run_hooks(self, req: HookEventInput) -> HookEventResult:
         """Every handler chosen for one event (`hooks_for` on the settings snapshot), in
         parallel; stdin is the event's payload with Claude Code's common fields."""
+        if req.hosted is not None:  # in this host's copy of the travelling workspace
+            if self.hosts is None:
+                raise ApplicationError("this worker hosts no workspaces", non_retryable=True)
+            tree, _ = await off_loop(self.hosts.ensure, req.session_id, req.hosted)
+            req = req.model_copy(update={"workspace": str(tree)})
         body = {
             "session_id": req.session_id,
             "transcript_path": str(await off_loop(self.transcript_path, req.session_id)),

@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from temporalio import activity
 
@@ -30,6 +30,9 @@ from durable_agent.engine.messages import (
 )
 from durable_agent.engine.state import PendingUser
 from durable_agent.names import Activities
+
+if TYPE_CHECKING:
+    from durable_agent.workspace import Blobs
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -272,6 +275,9 @@ class TranscriptStore:
         out.reverse()
         return out
 
+    shared = False
+    """Whether other machines reach this store (then workspaces travel through it)."""
+
     where = "on this machine"
     """Where this store keeps transcripts, for a message: "on this machine", "in the store"."""
 
@@ -286,6 +292,12 @@ class TranscriptStore:
     def location(self, session_id: str) -> str:
         """Where the session's transcript is, for a message."""
         return str(self.transcript_path(session_id))
+
+    def blobs(self) -> Blobs:
+        """Content-addressed blobs (workspace snapshots): files under the state dir here."""
+        from durable_agent.workspace import DirBlobs
+
+        return DirBlobs(self.root / "blobs")
 
     def fetch_overflow(self, session_id: str) -> None:
         """Make the session's overflow files readable here (a shared store copies them in)."""

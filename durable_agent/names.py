@@ -25,6 +25,8 @@ class Activities:
     RUN_STOP_HOOKS: Final = "run_stop_hooks"
     RUN_HOOKS: Final = "run_hooks"
     END_SESSION_PROCESSES: Final = "end_session_processes"
+    CLAIM_HOST: Final = "claim_workspace_host"
+    CHECKPOINT_WORKSPACE: Final = "checkpoint_workspace"
 
 
 class Signals:

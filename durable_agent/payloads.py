@@ -90,7 +90,7 @@ class StoreDriver(StorageDriver):
     def _blobs(self) -> Any:
         from durable_agent.store import open_store
 
-        return open_store(self.home, self.env).blobs()  # type: ignore[attr-defined]
+        return open_store(self.home, self.env).blobs()
 
     async def store(
         self, context: StorageDriverStoreContext, payloads: Sequence[Payload]

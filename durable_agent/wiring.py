@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
@@ -21,6 +23,7 @@ from activities.model import ClientFactory, ModelActivities, default_client
 from activities.tools import ToolActivities
 from activities.tools.environment import protect_worker_process
 from activities.transcript import StoreActivities, TranscriptStore
+from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue_of
 from durable_agent import telemetry
 from durable_agent.paths import state_home
 from durable_agent.payloads import data_converter
@@ -40,30 +43,95 @@ def build_worker(
     client_factory: ClientFactory = default_client,
     max_concurrent_activities: int = 50,
     model: ModelActivities | None = None,
-) -> Worker:
+) -> Worker | Workers:
+    """The worker of `task_queue`; with a shared store (PostgresStore), also the worker of its
+    own host queue, where the tools and hooks of the travelling workspaces it hosts run."""
     # Before any tool or hook runs: none of them may read this process's credentials.
     protect_worker_process()
     store = store or open_store()
     model = model or ModelActivities(store, client_factory, temporal=client)
     compaction = CompactionActivities(model)
-    tools = ToolActivities(store)
+    hosts = None
+    if store.shared:
+        hosts = WorkspaceHosts(store, host_queue_of(task_queue))
+    tools = ToolActivities(store, hosts)
     stores = StoreActivities(store)
-    hooks = HookActivities(store.local_transcript, store.hook_ledger, store.get_tool_result)
-    return Worker(
+    hooks = HookActivities(store.local_transcript, store.hook_ledger, store.get_tool_result, hosts)
+    place: list[Callable[..., Any]] = [
+        tools.run_tool,
+        tools.end_session_processes,
+        hooks.run_stop_hooks,
+        hooks.run_hooks,
+    ]
+    claim: list[Callable[..., Any]] = [WorkspaceActivities(hosts).claim_host] if hosts else []
+    main = _worker(
         client,
-        task_queue=task_queue,
-        workflows=WORKFLOWS,
-        activities=[
+        task_queue,
+        [
             model.call_model,
             compaction.autocompact,
             compaction.plan_collapse,
-            tools.run_tool,
-            tools.end_session_processes,
             stores.append_entry,
             stores.transcript_location,
-            hooks.run_stop_hooks,
-            hooks.run_hooks,
+            *place,
+            *claim,
         ],
+        max_concurrent_activities,
+        workflows=WORKFLOWS,
+    )
+    if hosts is None:
+        return main
+    checkpoint = WorkspaceActivities(hosts).checkpoint_workspace
+    host = _worker(client, hosts.host_queue, [*place, checkpoint], max_concurrent_activities)
+    return Workers(main, host)
+
+
+class Workers:
+    """A worker of the shared queue and one of this process's host queue, run together."""
+
+    def __init__(self, main: Worker, host: Worker) -> None:
+        self.main, self.host = main, host
+
+    @property
+    def client(self) -> Client:
+        return self.main.client
+
+    @client.setter
+    def client(self, client: Client) -> None:  # the CLI's server-following moves both
+        self.main.client = client
+        self.host.client = client
+
+    async def __aenter__(self) -> Workers:
+        await self.main.__aenter__()
+        try:
+            await self.host.__aenter__()
+        except BaseException:
+            await self.main.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.host.__aexit__(*exc)
+        finally:
+            await self.main.__aexit__(*exc)
+
+    async def run(self) -> None:
+        await asyncio.gather(self.main.run(), self.host.run())
+
+
+def _worker(
+    client: Client,
+    task_queue: str,
+    activities: list[Callable[..., Any]],
+    max_concurrent_activities: int,
+    workflows: list[type] | None = None,
+) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=workflows or [],
+        activities=activities,
         max_concurrent_activities=max_concurrent_activities,
         build_id=code_build_id(),
         # A killed worker's sessions move to another worker after this, not the default 10 s.

@@ -47,6 +47,15 @@ def _on_interrupt() -> ActivityCancellationType:
     return ActivityCancellationType.TRY_CANCEL
 
 
+HOST_START_TIMEOUT = timedelta(seconds=15)
+"""A workspace host that does not start a task of its queue within this is taken as lost (its
+worker died, or its machine): the session moves to another worker (workflows/hosting.py)."""
+
+
+def _start_timeout(host_queue: str | None) -> timedelta | None:
+    return HOST_START_TIMEOUT if host_queue is not None else None
+
+
 READ_ONLY_TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 SIDE_EFFECT_TOOL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=4)
 """A later attempt of a tool with side effects never re-runs it: it returns the recorded result,
@@ -86,11 +95,19 @@ def call_model(req: CallModelInput, cfg: QueryConfig, summary: str) -> Awaitable
 
 
 def run_tool(
-    req: RunToolInput, cfg: QueryConfig, summary: str, read_only: bool
+    req: RunToolInput,
+    cfg: QueryConfig,
+    summary: str,
+    read_only: bool,
+    host_queue: str | None = None,
 ) -> Awaitable[RunToolOutput]:
+    """On the shared queue; with `host_queue`, on the worker holding the travelling workspace,
+    which must start it within HOST_START_TIMEOUT (workflows/hosting.py)."""
     return workflow.execute_activity(
         Activities.RUN_TOOL,
         req,
+        task_queue=host_queue,
+        schedule_to_start_timeout=_start_timeout(host_queue),
         cancellation_type=_on_interrupt(),
         result_type=RunToolOutput,
         start_to_close_timeout=timedelta(seconds=cfg.activity.tool_timeout_seconds),
@@ -158,10 +175,16 @@ def append_entry(req: AppendEntryInput) -> Awaitable[AppendEntryOutput]:
     )
 
 
-def end_session_processes(req: EndProcessesInput) -> Awaitable[EndProcessesOutput]:
+def end_session_processes(
+    req: EndProcessesInput, host_queue: str | None = None
+) -> Awaitable[EndProcessesOutput]:
+    """On the shared queue; with `host_queue`, on the host of the session's travelling
+    workspace, which also drops its copy."""
     return workflow.execute_activity(
         Activities.END_SESSION_PROCESSES,
         req,
+        task_queue=host_queue,
+        schedule_to_start_timeout=_start_timeout(host_queue),
         result_type=EndProcessesOutput,
         start_to_close_timeout=STORE_TIMEOUT,
         retry_policy=STORE_RETRY,
@@ -169,13 +192,18 @@ def end_session_processes(req: EndProcessesInput) -> Awaitable[EndProcessesOutpu
     )
 
 
-def run_hooks(req: HookEventInput, summary: str) -> Awaitable[HookEventResult]:
+def run_hooks(
+    req: HookEventInput, summary: str, host_queue: str | None = None
+) -> Awaitable[HookEventResult]:
     """One event's hooks. Handlers run in parallel, so the activity may take as long as the
-    slowest handler's own timeout (HOOK_TIMEOUT at least)."""
+    slowest handler's own timeout (HOOK_TIMEOUT at least). With `host_queue`, on the worker
+    holding the travelling workspace."""
     longest = max((c.timeout for c in req.commands), default=0.0)
     return workflow.execute_activity(
         Activities.RUN_HOOKS,
         req,
+        task_queue=host_queue,
+        schedule_to_start_timeout=_start_timeout(host_queue),
         cancellation_type=_on_interrupt(),
         result_type=HookEventResult,
         start_to_close_timeout=max(HOOK_TIMEOUT, timedelta(seconds=longest + 60)),

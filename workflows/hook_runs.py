@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -56,6 +57,9 @@ from workflows.failures import error_text
 from workflows.loop_context import LoopContext, _Interrupted
 from workflows.streaming_tools import CallNotes
 
+if TYPE_CHECKING:
+    from workflows.hosting import Hosting
+
 STOP_HOOKS_PATCH = "stop-hooks-v1"
 """Histories recorded before Stop hooks existed end without the hooks activity."""
 STOP_HOOKS_SNAPSHOT_PATCH = "stop-hooks-snapshot-v1"
@@ -85,8 +89,10 @@ class HookRuns:
     """The prompt's hooks. `requests`/`answers`: the SDK hook callbacks waiting for the
     front-end, and its answers not yet taken (QueryWorkflow's handlers read and fill them)."""
 
-    def __init__(self, ctx: LoopContext) -> None:
+    def __init__(self, ctx: LoopContext, hosting: Hosting | None = None) -> None:
         self._ctx = ctx
+        self._hosting = hosting
+        """A travelling workspace's host, where hooks run (None or disabled: on any worker)."""
         self.requests: dict[str, HookCallbackRequest] = {}
         self.answers: dict[str, HookCallbackAnswer] = {}
 
@@ -159,13 +165,25 @@ class HookRuns:
             )
             summary = f"{event} hooks" + (f": {target}" if target else "")
             try:
-                result = await steps.run_hooks(req, summary)
+                result = await self._run_hooks(req, summary)
             except ActivityError as exc:
                 ctx.emit(ProgressKind.STATUS, f"{event} hooks failed: {error_text(exc)}", True)
                 return None
         for note in user_notes(result):
             ctx.emit(ProgressKind.STATUS, f"{event} hook: {note}", is_error=True)
         return result
+
+    async def _run_hooks(self, req: HookEventInput, summary: str) -> HookEventResult:
+        hosting = self._hosting
+        if hosting is None or not hosting.enabled:
+            return await steps.run_hooks(req, summary)
+
+        def on(queue: str, checkpoint_id: str) -> Awaitable[HookEventResult]:
+            hosted = req.model_copy(update={"hosted": checkpoint_id})
+            return steps.run_hooks(hosted, summary, queue)
+
+        hosting.dirty = True  # a hook may change files as a tool may
+        return await hosting.on_host(on)
 
     async def _sdk_hooks(
         self,

@@ -7,6 +7,7 @@ answer (`streaming_tools`). The workflow's signals, updates and queries stay her
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, assert_never
 
 from temporalio import workflow
@@ -82,6 +83,7 @@ from workflows.hook_runs import (
     HookRuns,
     refused,
 )
+from workflows.hosting import HOST_LOST_FEEDBACK, Hosting
 from workflows.loop_context import LoopContext, _Interrupted
 from workflows.streaming_tools import CallNotes, StreamingToolExecutor
 
@@ -152,7 +154,8 @@ class QueryWorkflow:
         self._ctx = LoopContext(inp, state)
         self._call_id: str | None = None
         self._executors: dict[int, StreamingToolExecutor] = {}
-        self._hooks = HookRuns(self._ctx)
+        self._hosting = Hosting(inp.session_id, inp.workspace)
+        self._hooks = HookRuns(self._ctx, self._hosting)
         self._approvals = Approvals(self._ctx, self._hooks)
         self._compaction = Compaction(self._ctx, self._hooks)
 
@@ -172,6 +175,8 @@ class QueryWorkflow:
                 case ContinueAsNew():
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     carried: dict[str, Any] = {"state": self._ctx.state}
+                    if self._hosting.enabled:
+                        carried["workspace"] = self._hosting.workspace
                     if workflow.patched(BOUNDED_STATE_PATCH):
                         carried["events"] = carried_events(self._ctx.events)
                     workflow.continue_as_new(inp.model_copy(update=carried))
@@ -297,6 +302,7 @@ class QueryWorkflow:
             workspace=cfg.workspace,
             request=request,
             run_read_only_tools=cfg.call.eager_tools != EagerTools.NONE
+            and not self._hosting.enabled  # the model step runs anywhere, not on the host
             and workflow.patched(READ_ONLY_TOOLS_IN_STEP_PATCH),
         )
         try:
@@ -336,6 +342,8 @@ class QueryWorkflow:
         executor.end_stream()
         await executor.remaining_results()
         self._executors = {}
+        lost = self._hosting.lost_count
+        await self._hosting.checkpoint()
         refs, chars = executor.results(answer.tool_calls)
         notes = executor.notes(answer.tool_calls)
         denials = [
@@ -354,7 +362,10 @@ class QueryWorkflow:
             self._ctx.state = self._ctx.state.model_copy(
                 update={"permission_denials": (*self._ctx.state.permission_denials, *denials)}
             )
-        feedback = feedback_text([line for _, said in notes for line in said.feedback])
+        lines = [line for _, said in notes for line in said.feedback]
+        if self._hosting.lost_count > lost:
+            lines.append(HOST_LOST_FEEDBACK)
+        feedback = feedback_text(lines)
         stop = next((said.stop for _, said in notes if said.stop is not None), None)
         self._ctx.state = tools_done(
             self._ctx.state, refs, chars, self._ctx.cfg, str(workflow.uuid4()), feedback, stop
@@ -391,7 +402,7 @@ class QueryWorkflow:
                 env=hooks.settings_env(),
                 input_override=tool_input,
             )
-            output = await steps.run_tool(req, cfg, call.summary, call.read_only)
+            output = await self._run_tool(req, call)
             event = POST_TOOL_USE_FAILURE if output.is_error else POST_TOOL_USE
             post = hooks.tool_handlers(event, call.name)
             if post:
@@ -402,6 +413,20 @@ class QueryWorkflow:
         return StreamingToolExecutor(
             run, self._ctx.emit, tool_failure, cfg.tool_concurrency, cfg.call.eager_tools
         )
+
+    async def _run_tool(self, req: RunToolInput, call: ToolCall) -> RunToolOutput:
+        """The run_tool step: in place, or on the host of the travelling workspace."""
+        cfg = self._ctx.cfg
+        if not self._hosting.enabled:
+            return await steps.run_tool(req, cfg, call.summary, call.read_only)
+        if not call.read_only:
+            self._hosting.dirty = True
+
+        def on(queue: str, checkpoint_id: str) -> Awaitable[RunToolOutput]:
+            hosted = req.model_copy(update={"hosted": checkpoint_id})
+            return steps.run_tool(hosted, cfg, call.summary, call.read_only, queue)
+
+        return await self._hosting.on_host(on)
 
     def _discard_executors(self) -> None:
         for executor in self._executors.values():
@@ -474,4 +499,5 @@ class QueryWorkflow:
             denials_dropped=state.denials_dropped,
             session_grants=list(state.session_grants),
             api_duration_ms=state.api_duration_ms,
+            workspace=self._hosting.workspace,
         )

@@ -188,7 +188,12 @@ class SessionWorkflow:
         await self._session_end_hooks()
         if workflow.patched("session-end-processes-v1"):
             # Nothing a tool of this session started outlives it (`nohup … &`, `cmd &`).
-            await end_session_processes(EndProcessesInput(session_id=self._session_id))
+            ending = EndProcessesInput(session_id=self._session_id)
+            host = state.workspace.host_queue if state.workspace else None
+            try:
+                await end_session_processes(ending, host)
+            except ActivityError as exc:  # its workspace's host is gone, and its processes
+                workflow.logger.warning("could not end the session's processes: %s", exc)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.status()
 
@@ -236,6 +241,7 @@ class SessionWorkflow:
                 session_grants=list(state.session_grants),
                 session_start="startup" if index == 1 else req.session_start,
                 compact=req.compact,
+                workspace=state.workspace,
             ),
             id=child_id,
             static_summary=f"/compact {req.prompt}"[:200] if req.compact else req.prompt[:200],
@@ -253,5 +259,7 @@ class SessionWorkflow:
             state.head_uuid = result.head_uuid
             state.context_tokens = result.context_tokens
             state.session_grants = list(result.session_grants)
+            if result.workspace is not None:
+                state.workspace = result.workspace
         finally:
             self._running = None

@@ -14,6 +14,7 @@ from typing import Any
 from opentelemetry.trace import Span
 from pydantic import ValidationError
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.tools.base import ToolError, ToolOutput, Workspace
@@ -27,6 +28,7 @@ from activities.tools.read import run_read
 from activities.tools.sandbox import SandboxUnavailable, policy_for
 from activities.tools.write import run_write
 from activities.transcript import StoreError, TranscriptError, TranscriptStore, off_loop
+from activities.workspace import WorkspaceHosts, map_paths
 from durable_agent import telemetry
 from durable_agent.devserver import pid_alive
 from durable_agent.engine.contracts import (
@@ -190,8 +192,10 @@ async def run_in_step(
 class ToolActivities:
     """Tool activities; receives the store it writes results to."""
 
-    def __init__(self, store: TranscriptStore) -> None:
+    def __init__(self, store: TranscriptStore, hosts: WorkspaceHosts | None = None) -> None:
         self.store = store
+        self.hosts = hosts
+        """This worker's copies of travelling workspaces (a shared store), None without one."""
         self._live: dict[str, asyncio.Task[ToolOutput]] = {}
         """Executions running in this process, by run tag. When the server loses track of an
         attempt (a restart while it runs: its heartbeats could not reach it) the retry may come
@@ -266,7 +270,10 @@ class ToolActivities:
         else:
             if req.input_override is not None:  # a PreToolUse hook's updatedInput
                 block = block.model_copy(update={"input": req.input_override})
-            ran = await self._run_once(req, block)
+            if req.hosted is not None:
+                ran = await self._run_hosted(req, block)
+            else:
+                ran = await self._run_once(req, block)
             if isinstance(ran, ToolResultBlock):  # the earlier attempt's own, recorded result
                 return _output(req, ran)
             output = ran
@@ -280,11 +287,41 @@ class ToolActivities:
             return _output(req, kept_inline(result, exc), inline=True)
         return _output(req, result)
 
+    async def _run_hosted(
+        self, req: RunToolInput, block: ToolUseBlock
+    ) -> ToolOutput | ToolResultBlock:
+        """Run the tool in this host's copy of the travelling workspace (made to hold the
+        session's checkpoint first), its paths mapped from the model's to the copy's and back.
+        A side-effecting call whose earlier attempt ran on a host since lost is reported as
+        such, never run again."""
+        assert req.hosted is not None
+        if self.hosts is None:
+            raise ApplicationError(
+                "this worker hosts no workspaces (it has no shared store)", non_retryable=True
+            )
+        tree, _ = await off_loop(self.hosts.ensure, req.session_id, req.hosted)
+        seen = req.workspace
+        here = req.model_copy(update={"workspace": str(tree)})
+        mapped = block.model_copy(update={"input": map_paths(block.input, seen, str(tree))})
+        ran = await self._run_once(here, mapped)
+        if isinstance(ran, ToolResultBlock):
+            return ran
+        content = map_paths(ran.content, str(tree), seen)
+        if ran.content == INTERRUPTED_TEXT:
+            started = await off_loop(
+                self.store.tool_started, req.session_id, req.tool_use_id, req.run_id
+            )
+            if started is not None and started.get("queue") != self.hosts.host_queue:
+                content = HOST_LOST_TEXT  # it started on a host since lost
+        return ToolOutput(content, is_error=ran.is_error)
+
     @activity.defn(name=Activities.END_SESSION_PROCESSES)
     async def end_session_processes(self, req: EndProcessesInput) -> EndProcessesOutput:
         """End what the session's tools left running on this machine (`nohup … &` daemons,
         background jobs): every process whose environment carries one of its run tags."""
         killed = await off_loop(kill_tagged, session_tag_prefix(req.session_id), prefix=True)
+        if self.hosts is not None:  # its copy of the workspace, if it holds one
+            await off_loop(self.hosts.drop, req.session_id)
         if killed:
             activity.logger.info("ended %d process(es) of session %s", killed, req.session_id)
         return EndProcessesOutput(killed=killed)
@@ -335,6 +372,8 @@ class ToolActivities:
     def _mark_started(self, req: RunToolInput) -> None:
         """Record this process as the one about to run the execution (blocking)."""
         record = _owner_record()
+        if req.hosted is not None and self.hosts is not None:
+            record["queue"] = self.hosts.host_queue  # the host whose copy it changes
         self.store.mark_tool_started(req.session_id, req.tool_use_id, req.run_id, record)
 
     async def _await_live_owner(
@@ -354,6 +393,12 @@ class ToolActivities:
 INTERRUPTED_TEXT = (
     "This tool call was interrupted (the worker running it stopped) before its result was "
     "recorded. It may have partly run; it was not re-run, to avoid running it twice."
+)
+
+HOST_LOST_TEXT = (
+    "This tool call may have run: the machine holding the workspace was lost before its "
+    "result was recorded. It was not re-run. File changes since the last checkpoint are lost: "
+    "the workspace is as it was after the last tool batch that was checkpointed."
 )
 
 

@@ -335,6 +335,16 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("session_id")
     status.add_argument("--output-format", choices=("text", "json"), default="text")
 
+    export = sub.add_parser(
+        "export",
+        help="write the files a session left into DIR (a shared store's travelling workspace)",
+        description="The files of the session's last checkpoint (the shared store, "
+        "DURABLE_AGENT_STORE) written into DIR: added and changed ones; a file of DIR that "
+        "differs from them is left as it is and named.",
+    )
+    export.add_argument("session_id")
+    export.add_argument("dir")
+
     tail = sub.add_parser(
         "tail", help="follow the prompt running in a session (Ctrl-C stops following)"
     )

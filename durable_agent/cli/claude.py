@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import sys
 import time
 import uuid
@@ -48,6 +49,7 @@ from durable_agent.cli.sessions import (
     session_memo,
     state_name,
 )
+from durable_agent.cli.travel import Travel, bring_back, upload
 from durable_agent.cli.watching import query_result, watch
 from durable_agent.engine.contracts import (
     ApprovalAnswer,
@@ -160,6 +162,10 @@ def parse_claude_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+NO_WORKER_ENV = "DURABLE_AGENT_NO_WORKER"
+"""Set to 1: `-p` runs no worker; its session goes on the shared queue (as `run --no-worker`)."""
+
+
 def run_args(args: argparse.Namespace) -> argparse.Namespace:
     """What the session's config is built from: `run`'s defaults and this command line."""
     base = parser().parse_args(["run", "-"])
@@ -167,6 +173,9 @@ def run_args(args: argparse.Namespace) -> argparse.Namespace:
         if value is not None or not hasattr(base, key):
             setattr(base, key, value)
     base.command = "claude"
+    # Claude Code's flags have no --no-worker: a CI script that sends `-p` to a fleet of
+    # `python worker.py` says so in the environment.
+    base.no_worker = os.environ.get(NO_WORKER_ENV, "").strip().lower() in ("1", "true", "yes")
     base.thinking_budget = args.max_thinking_tokens
     base.output_format = "text"
     return base
@@ -371,6 +380,8 @@ class Front:
         """The workflow ids of the prompts accepted, in order (None: no more)."""
         self.replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.last: QueryResult | None = None
+        self.travel: Travel | None = None
+        """The workspace this process sent to the shared store, if it did."""
         self.head: str | None = None
         self.default_model = ""
         """What set_model(None) goes back to (the model this process started with)."""
@@ -535,6 +546,7 @@ class Front:
                 (e.message.text() for e in reversed(shown) if e.type == "assistant" and e.message),
                 result.final_text,
             )
+            await bring_back(self.travel, result.workspace, console)
             self.out.result(result, text if result.terminal == Terminal.COMPLETED else
                             (text or result.message), started)  # fmt: skip
             self.head, self.last = result.head_uuid, result
@@ -642,6 +654,7 @@ async def cmd_claude(argv: list[str]) -> int:
         out = Out(args.output_format, session_id)
         front = Front(client, out, handle, args.permission_prompt_tool == "stdio")
         front.head, front.default_model = opened.head, config.model
+        front.travel = opened.travel
         store = _store()
         lines = Lines(store, session_id, opened.head)
         if args.partial and args.output_format == "stream-json":
@@ -682,6 +695,8 @@ class Opened:
     head: str | None = None
     owned: bool = True
     """Started by this process (it closes it at the end of its input)."""
+    travel: Travel | None = None
+    """The workspace this process sent to the shared store (each prompt's files come back)."""
 
 
 async def _open_session(
@@ -700,7 +715,10 @@ async def _open_session(
     )
     if resumed is None:
         session_id = args.session_id or str(uuid.uuid4())
-        start = SessionInput(session_id=session_id, config=config)
+        travel = await upload(config.workspace, console)
+        start = SessionInput(
+            session_id=session_id, config=config, workspace=travel.hosted if travel else None
+        )
     else:
         session_id = resumed
         handle = client.get_workflow_handle(session_id, result_type=SessionStatus)
@@ -709,7 +727,7 @@ async def _open_session(
         except RPCError as exc:
             raise CliError(f"no session {session_id}: {exc.message}", "durable-agent list") from exc
         if args.fork_session:
-            return await _fork(client, handle, desc.status, ns, args, config, stack)
+            return await _fork(client, console, handle, desc.status, ns, args, config, stack)
         if desc.status == WorkflowExecutionStatus.RUNNING:
             place = await find_session(client, session_id)
             await stack.enter_async_context(
@@ -728,15 +746,18 @@ async def _open_session(
         before: SessionStatus = await handle.result()
         await _transcript_here(session_id, before.head_uuid)
         last = before.last_result
+        travel = await upload(config.workspace, console)  # the files as they are here now
         state = SessionState(
             head_uuid=before.head_uuid,
             queries=before.queries,
             context_tokens=last.context_tokens if last else 0,
             session_grants=before.session_grants,
+            workspace=travel.hosted if travel else None,
         )
         start = SessionInput(session_id=session_id, config=config, state=state)
     handle = await _start(client, ns, start, stack, "durable-agent -p")
-    return Opened(session_id, handle, start.state.head_uuid if start.state else None)
+    head = start.state.head_uuid if start.state else None
+    return Opened(session_id, handle, head, travel=travel)
 
 
 async def _start(
@@ -766,6 +787,7 @@ async def _start(
 
 async def _fork(
     client: Client,
+    console: Console,
     handle: WorkflowHandle[Any, SessionStatus],
     status: WorkflowExecutionStatus | None,
     ns: argparse.Namespace,
@@ -789,14 +811,16 @@ async def _fork(
     session_id = args.session_id or str(uuid.uuid4())
     await asyncio.to_thread(_store().fork, handle.id, session_id, before.head_uuid)
     last = before.last_result
+    travel = await upload(config.workspace, console)
     state = SessionState(
         head_uuid=before.head_uuid,
         context_tokens=last.context_tokens if last else 0,
         session_grants=before.session_grants,
+        workspace=travel.hosted if travel else None,
     )
     start = SessionInput(session_id=session_id, config=config, state=state)
     forked = await _start(client, ns, start, stack, f"fork of {handle.id}")
-    return Opened(session_id, forked, before.head_uuid)
+    return Opened(session_id, forked, before.head_uuid, travel=travel)
 
 
 async def _transcript_here(session_id: str, head: str | None) -> None:

@@ -38,7 +38,8 @@ from durable_agent.cli.sessions import (
     state_name,
     worker_hint,
 )
-from durable_agent.cli.watching import run_prompt, watch_session
+from durable_agent.cli.travel import Travel
+from durable_agent.cli.watching import TRAVEL_MEMO, run_prompt, watch_session
 from durable_agent.devserver import DevServerError, ensure_dev_server, running, stop_dev_server
 from durable_agent.engine.contracts import SessionStatus
 from durable_agent.engine.state import (
@@ -98,8 +99,10 @@ async def cmd_resume(args: argparse.Namespace) -> int:
             f"session {args.session_id} is a chat",
             f"durable-agent chat --session {args.session_id} picks it up",
         )
+    base, local = place.memo.get(TRAVEL_MEMO), place.memo.get("workspace")
+    travel = Travel(Path(local), base) if base and local else None
     async with serving(client, console, args.session_id, place, args.no_worker):
-        return await watch_session(client, console, args.session_id, place.task_queue)
+        return await watch_session(client, console, args.session_id, place.task_queue, travel)
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
@@ -527,7 +530,51 @@ def _age(delta: Any) -> str:
     return f"{seconds}s ago"
 
 
+async def cmd_export(args: argparse.Namespace) -> int:
+    """The files a session's model left (its travelling workspace's last checkpoint) into DIR;
+    a file of DIR that differs is left as it is and named."""
+    from durable_agent.cli.travel import export
+    from durable_agent.store import open_store
+
+    if not open_store().shared:
+        raise CliError(
+            "export reads a session's files from the shared store, and none is set",
+            "set DURABLE_AGENT_STORE=postgresql://… as for the workers that ran it",
+        )
+    console = Console()
+    client = await connect(console, start_server=False)
+    handle = client.get_workflow_handle(args.session_id, result_type=SessionStatus)
+    try:
+        desc = await riding_out(handle.describe, console, args.session_id, STATUS_PATIENCE)
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            status = await handle.result()
+        else:
+            status = await asyncio.wait_for(
+                handle.query(Queries.STATUS, result_type=SessionStatus), 10
+            )
+    except RPCError as exc:
+        raise CliError(
+            f"no session {args.session_id}: {exc.message}", "durable-agent list"
+        ) from exc
+    except TimeoutError as exc:
+        raise CliError(
+            f"session {args.session_id} runs but no worker answers for it",
+            worker_hint(args.session_id, desc.task_queue),
+        ) from exc
+    last = status.last_result
+    if last is None or last.workspace is None:
+        raise CliError(
+            f"session {args.session_id} has no files in the shared store (its tools worked in "
+            "the workspace in place, or no prompt has finished yet)",
+            f"durable-agent status {args.session_id}",
+        )
+    summary = await export(last.workspace.checkpoint_id, Path(args.dir))
+    print(f"{args.dir}: {summary}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
+    "export": cmd_export,
     "run": cmd_run,
     "approve": cmd_approve,
     "resume": cmd_resume,

@@ -19,6 +19,7 @@ from durable_agent.cli.errors import EXIT_DETACHED, EXIT_STOPPED, CliError
 from durable_agent.cli.reconnect import is_outage, riding_out
 from durable_agent.cli.sessions import new_session_id, query_workflow_id
 from durable_agent.cli.stalls import Stall, described
+from durable_agent.cli.travel import Travel, bring_back, upload
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import (
     ProgressEvent,
@@ -116,10 +117,17 @@ async def _run_session(
     session_id: str,
     memo: dict[str, Any] | None = None,
 ) -> int:
+    travel = await upload(config.workspace, console)
+    if travel is not None:  # what `resume` elsewhere writes back from
+        memo = {**(memo or {}), TRAVEL_MEMO: travel.base_id}
     await client.start_workflow(
         Workflows.SESSION,
         SessionInput(
-            session_id=session_id, config=config, initial_prompt=prompt, close_when_idle=True
+            session_id=session_id,
+            config=config,
+            initial_prompt=prompt,
+            close_when_idle=True,
+            workspace=travel.hosted if travel else None,
         ),
         id=session_id,
         task_queue=task_queue,
@@ -127,10 +135,20 @@ async def _run_session(
         memo=memo,
         result_type=SessionStatus,
     )
-    return await watch_session(client, console, session_id, task_queue)
+    return await watch_session(client, console, session_id, task_queue, travel)
 
 
-async def watch_session(client: Client, console: Console, session_id: str, task_queue: str) -> int:
+TRAVEL_MEMO = "workspace_base"
+"""The session memo's key for the checkpoint a CLI uploaded (a travelling workspace)."""
+
+
+async def watch_session(
+    client: Client,
+    console: Console,
+    session_id: str,
+    task_queue: str,
+    travel: Travel | None = None,
+) -> int:
     """Follow a one-prompt session (`run`, `resume`) to its end; the exit code of `run`."""
     handle = client.get_workflow_handle(session_id, result_type=SessionStatus)
     console.info(f"session {session_id} (Ctrl-C interrupts; twice detaches)")
@@ -156,6 +174,7 @@ async def watch_session(client: Client, console: Console, session_id: str, task_
         return EXIT_DETACHED
     if status.last_result is None:
         raise CliError(status.last_error or "the session ended without a result")
+    await bring_back(travel, status.last_result.workspace, console)
     console.result(session_id, status.last_result)
     return exit_code(status.last_result.terminal)
 

@@ -16,6 +16,7 @@ from durable_agent.engine.permissions import (
 )
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import (
+    HostedWorkspace,
     ModelCallConfig,
     PendingUser,
     ProgressEvent,
@@ -99,6 +100,9 @@ class RunToolInput(BaseModel):
     input_override: dict[str, Any] | None = None
     """The input to run instead of the stored block's: a PreToolUse hook's `updatedInput`
     (checked against the permission rules again by the workflow)."""
+    hosted: str | None = None
+    """A travelling workspace's checkpoint: the host runs the tool in its copy of it (made to
+    hold that checkpoint first), `workspace` being the path the model sees."""
 
 
 class ApprovalRequest(BaseModel):
@@ -158,6 +162,8 @@ class QueryInput(BaseModel):
     events: list[ProgressEvent] = Field(default_factory=list)
     """When continuing as new: the newest progress events of the run before, still served by
     the progress query (a watcher may not have read those emitted just before)."""
+    workspace: HostedWorkspace | None = None
+    """The session's travelling workspace (a shared store); None: tools work in place."""
 
 
 class CompactInput(BaseModel):
@@ -226,6 +232,9 @@ class SessionState(BaseModel):
     closed: bool = False
     session_grants: list[SessionGrant] = Field(default_factory=list)
     """What "always for this session" answers allow (each prompt starts with them)."""
+    workspace: HostedWorkspace | None = None
+    """The travelling workspace (a shared store): the CLI's upload, then each prompt's last
+    checkpoint and host; None: tools work in the workspace in place."""
 
 
 class SessionInput(BaseModel):
@@ -240,6 +249,9 @@ class SessionInput(BaseModel):
     """Continue-as-new after this many prompts, carrying the session's state."""
     state: SessionState | None = None
     """Set by continue-as-new."""
+    workspace: HostedWorkspace | None = None
+    """The submitter's workspace as uploaded to the shared store (it travels); None: tools
+    work in the workspace in place."""
     queries: int = 0
     context_tokens: int = 0
     queued: list[PromptRequest] = Field(default_factory=list)
@@ -258,6 +270,7 @@ class SessionInput(BaseModel):
             queries=self.queries,
             context_tokens=self.context_tokens,
             queued=queued,
+            workspace=self.workspace,
         )
 
 
@@ -343,3 +356,26 @@ class StopHooksOutput(BaseModel):
     """What blocking hooks said: sent to the model, and the loop goes on."""
     prevent_continuation: bool = False
     stop_reason: str = ""
+
+
+class ClaimHostInput(BaseModel):
+    session_id: str
+    checkpoint_id: str
+
+
+class ClaimHostOutput(BaseModel):
+    host_queue: str
+    """The task queue of the worker that now holds the session's workspace."""
+
+
+class CheckpointInput(BaseModel):
+    session_id: str
+    checkpoint_id: str
+    """What the host's copy was made from: a host holding another checkpoint has lost the
+    changes since, and says so rather than record a checkpoint of the wrong files."""
+
+
+class CheckpointOutput(BaseModel):
+    checkpoint_id: str
+    changed_files: int
+    uploaded_bytes: int

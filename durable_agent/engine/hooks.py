@@ -117,6 +117,8 @@ class HookEventInput(BaseModel):
     """The settings' `env`: added to the hooks' environment (private names excepted)."""
     recorded_runs: list[HookRun] = Field(default_factory=list)
     """Runs already made elsewhere (the Agent SDK's hook callbacks), read with these."""
+    hosted: str | None = None
+    """A travelling workspace's checkpoint: the hooks run in the host's copy of it."""
     tool_result: ToolResultRef | None = None
     """PostToolUse / PostToolUseFailure: the tool's result, read from the store by the activity
     into the payload's `tool_response` (or `error`), so a large result stays out of history."""

@@ -476,6 +476,17 @@ class ProgressEvent(BaseModel):
     is_error: bool = False
 
 
+class HostedWorkspace(BaseModel):
+    """A session's workspace when it travels (a shared store): the checkpoint (a manifest id
+    of the store's blobs) the host's copy must hold, and the task queue of the worker that
+    hosts it now (None: none yet, or it was lost)."""
+
+    checkpoint_id: str
+    host_queue: str | None = None
+    lost_hosts: int = 0
+    """Hosts this session lost so far (each loss loses the changes since its checkpoint)."""
+
+
 class QueryResult(BaseModel):
     """The outcome of one prompt."""
 
@@ -503,3 +514,6 @@ class QueryResult(BaseModel):
     """The session's "always" answers after this prompt (the next prompt starts with them)."""
     api_duration_ms: int = 0
     """Time its model calls took (Claude Code's duration_api_ms)."""
+    workspace: HostedWorkspace | None = None
+    """A travelling workspace after this prompt: its last checkpoint is the files the model
+    left (what the CLI writes back); None when tools work in the workspace in place."""

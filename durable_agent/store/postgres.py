@@ -170,6 +170,7 @@ class PostgresStore(TranscriptStore):
     what must be a file on this machine: the JSONL copy hooks read, overflow files the Read
     tool opens, hook ledgers."""
 
+    shared = True
     where = "in the store"
 
     def __init__(self, root: Path, url: str) -> None:

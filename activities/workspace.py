@@ -1,0 +1,167 @@
+"""Travelling workspaces (a shared store): a worker hosts a session's workspace as a copy under
+its own `$DURABLE_AGENT_HOME`, made from a checkpoint of the store; the session's tools run in
+that copy, on the host's own task queue; after a tool batch that may have changed files the
+host records a checkpoint (the changed blobs and a manifest). When the host is lost, another
+worker claims the session and materialises its last checkpoint (DESIGN §6).
+
+The model keeps seeing the submitter's path: a tool's input is mapped from it to the host's
+copy, its output back."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+
+from activities.heartbeat import heartbeating
+from activities.transcript import _SAFE_ID, TranscriptStore, off_loop, write_file_atomic
+from durable_agent.engine.contracts import (
+    CheckpointInput,
+    CheckpointOutput,
+    ClaimHostInput,
+    ClaimHostOutput,
+)
+from durable_agent.names import Activities
+from durable_agent.workspace import (
+    Blobs,
+    Manifest,
+    diff,
+    load_manifest,
+    materialise,
+    snapshot,
+    store_manifest,
+)
+
+
+def host_queue_of(task_queue: str) -> str:
+    """A new worker's own task queue: where the tools of the workspaces it hosts go."""
+    return f"{task_queue}/host-{uuid.uuid4().hex[:12]}"
+
+
+class WorkspaceHosts:
+    """The copies of travelling workspaces this worker holds, each with the manifest (stat
+    hints included) and the checkpoint it was made from, so that a checkpoint reads only what
+    changed and a copy already at the wanted checkpoint is used as it is."""
+
+    def __init__(self, store: TranscriptStore, host_queue: str) -> None:
+        self.store = store
+        self.host_queue = host_queue
+        self.root = store.root / "workspaces"
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def blobs(self) -> Blobs:
+        return self.store.blobs()
+
+    def _dir(self, session_id: str) -> Path:
+        return self.root / _SAFE_ID.sub("_", session_id)
+
+    def tree(self, session_id: str) -> Path:
+        """Where the session's files are on this host."""
+        return self._dir(session_id) / "tree"
+
+    def _lock(self, session_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(session_id, threading.Lock())
+
+    def _record(self, session_id: str) -> tuple[str, Manifest] | None:
+        path = self._dir(session_id) / "at.json"
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        at, _, manifest = raw.partition("\n")
+        return at, Manifest.model_validate_json(manifest)
+
+    def _save(self, session_id: str, at: str, manifest: Manifest) -> None:
+        write_file_atomic(self._dir(session_id) / "at.json", f"{at}\n{manifest.model_dump_json()}")
+
+    def ensure(self, session_id: str, checkpoint_id: str) -> tuple[Path, bool]:
+        """The session's copy here, made to hold `checkpoint_id` unless it already comes from
+        it (then it keeps the changes tools made since: they are this host's, not yet
+        checkpointed); and whether it was made now (blocking)."""
+        with self._lock(session_id):
+            record = self._record(session_id)
+            if record is not None and record[0] == checkpoint_id:
+                return self.tree(session_id), False
+            blobs = self.blobs()
+            wanted = load_manifest(checkpoint_id, blobs)
+            tree = self.tree(session_id)
+            if record is None and tree.exists():
+                shutil.rmtree(tree)  # a copy whose record was lost: made again whole
+            tree.mkdir(parents=True, exist_ok=True)
+            previous = record[1] if record is not None else None
+            made = materialise(wanted, blobs, tree, previous=previous)
+            self._save(session_id, checkpoint_id, made)
+            return tree, True
+
+    def checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointOutput:
+        """Record the copy's files as a new checkpoint: only new or changed files are read and
+        uploaded (stat hints decide, as git's index does); blocking."""
+        self.ensure(session_id, checkpoint_id)
+        with self._lock(session_id):
+            record = self._record(session_id)
+            assert record is not None
+            at, previous = record
+            blobs = self.blobs()
+            manifest = snapshot(self.tree(session_id), blobs, previous=previous, max_bytes=None)
+            new_id = store_manifest(manifest, blobs)
+            self._save(session_id, new_id, manifest)
+        changes = diff(previous, manifest)
+        touched = [*changes.added, *changes.changed]
+        return CheckpointOutput(
+            checkpoint_id=new_id,
+            changed_files=len(touched) + len(changes.deleted),
+            uploaded_bytes=sum(manifest.files[p].size for p in touched),
+        )
+
+    def drop(self, session_id: str) -> None:
+        with self._lock(session_id):
+            shutil.rmtree(self._dir(session_id), ignore_errors=True)
+
+
+class WorkspaceActivities:
+    """`claim_workspace_host` runs on the shared queue (any worker may become the host);
+    `checkpoint_workspace` on the host's own queue."""
+
+    def __init__(self, hosts: WorkspaceHosts) -> None:
+        self.hosts = hosts
+
+    @activity.defn(name=Activities.CLAIM_HOST)
+    async def claim_host(self, req: ClaimHostInput) -> ClaimHostOutput:
+        async with heartbeating():
+            await off_loop(self.hosts.ensure, req.session_id, req.checkpoint_id)
+        return ClaimHostOutput(host_queue=self.hosts.host_queue)
+
+    @activity.defn(name=Activities.CHECKPOINT_WORKSPACE)
+    async def checkpoint_workspace(self, req: CheckpointInput) -> CheckpointOutput:
+        async with heartbeating():
+            return await off_loop(self.hosts.checkpoint, req.session_id, req.checkpoint_id)
+
+
+def _pattern(path: str) -> re.Pattern[str]:
+    return re.compile(re.escape(path.rstrip("/")) + r"(?=/|$|[^\w.\-])")
+
+
+def map_paths(value: Any, src: str, dst: str) -> Any:
+    """`value` (a tool's input: strings, lists, dicts) with every mention of the path `src`
+    (whole path components only) turned into `dst`."""
+    if src.rstrip("/") == dst.rstrip("/"):
+        return value
+    pattern, replacement = _pattern(src), dst.rstrip("/")
+    return _mapped(value, pattern, replacement)
+
+
+def _mapped(value: Any, pattern: re.Pattern[str], replacement: str) -> Any:
+    if isinstance(value, str):
+        return pattern.sub(lambda _: replacement, value)
+    if isinstance(value, list):
+        return [_mapped(v, pattern, replacement) for v in value]
+    if isinstance(value, dict):
+        return {k: _mapped(v, pattern, replacement) for k, v in value.items()}
+    return value

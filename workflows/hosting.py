@@ -1,0 +1,141 @@
+"""Where a travelling workspace's tools run (DESIGN §6): the host, a worker holding a copy of
+the session's last checkpoint. The first tool claims one (an activity any worker of the shared
+queue takes); tools and checkpoints go to its own task queue; a host that cannot start a task
+within HOST_START_TIMEOUT is lost, and the next claim materialises the last checkpoint
+elsewhere.
+
+Used only when the session's workspace travels (`QueryInput.workspace`): histories of sessions
+whose tools work in place take none of these steps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, TimeoutError, TimeoutType
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.engine.contracts import (
+        CheckpointInput,
+        CheckpointOutput,
+        ClaimHostInput,
+        ClaimHostOutput,
+    )
+    from durable_agent.engine.state import HostedWorkspace
+    from durable_agent.names import Activities
+    from workflows.activity_options import HOST_START_TIMEOUT
+
+T = TypeVar("T")
+
+
+CLAIM_TIMEOUT = timedelta(minutes=10)
+"""Materialising a checkpoint on a new host: a big workspace takes a while (it heartbeats)."""
+
+HOST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
+MAX_HOST_LOSSES = 5
+"""Hosts one step may lose before it fails: a fleet that loses this many is not one to trust."""
+
+
+HOST_LOST_FEEDBACK = (
+    "The machine holding the workspace was lost while these tools ran: the workspace was "
+    "restored from its last checkpoint, so file changes made since then (by these tools or "
+    "the ones before them in this batch) are lost. Check the files before relying on them."
+)
+
+
+def host_lost(exc: ActivityError) -> bool:
+    """The activity could not start on the host's queue in time: no worker polls it."""
+    cause = exc.cause
+    return isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
+
+
+class Hosting:
+    """The session's workspace host, as this prompt knows it."""
+
+    def __init__(self, session_id: str, workspace: HostedWorkspace | None) -> None:
+        self.session_id = session_id
+        self.workspace = workspace
+        self._claiming = asyncio.Lock()
+        self.dirty = False
+        """A tool that may change files ran since the last checkpoint."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.workspace is not None
+
+    @property
+    def lost_count(self) -> int:
+        return self.workspace.lost_hosts if self.workspace else 0
+
+    async def queue(self) -> str:
+        """The host's task queue, claiming a host first when there is none."""
+        assert self.workspace is not None
+        async with self._claiming:
+            if self.workspace.host_queue is None:
+                claimed = await workflow.execute_activity(
+                    Activities.CLAIM_HOST,
+                    ClaimHostInput(
+                        session_id=self.session_id, checkpoint_id=self.workspace.checkpoint_id
+                    ),
+                    result_type=ClaimHostOutput,
+                    start_to_close_timeout=CLAIM_TIMEOUT,
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=HOST_RETRY,
+                    summary="claim a host for the workspace",
+                )
+                self.workspace = self.workspace.model_copy(
+                    update={"host_queue": claimed.host_queue}
+                )
+            assert self.workspace.host_queue is not None
+            return self.workspace.host_queue
+
+    def lost(self, queue: str) -> None:
+        assert self.workspace is not None
+        if self.workspace.host_queue == queue:
+            self.workspace = self.workspace.model_copy(
+                update={"host_queue": None, "lost_hosts": self.workspace.lost_hosts + 1}
+            )
+            self.dirty = False  # what changed since the checkpoint went with the host
+
+    async def on_host(self, step: Callable[[str, str], Awaitable[T]]) -> T:
+        """`step(host_queue, checkpoint_id)` on the host, again on a new host each time the
+        host is lost."""
+        assert self.workspace is not None
+        for _ in range(MAX_HOST_LOSSES):
+            queue = await self.queue()
+            try:
+                return await step(queue, self.workspace.checkpoint_id)
+            except ActivityError as exc:
+                if not host_lost(exc):
+                    raise
+                workflow.logger.warning("workspace host %s lost; claiming another", queue)
+                self.lost(queue)
+        queue = await self.queue()
+        return await step(queue, self.workspace.checkpoint_id)
+
+    async def checkpoint(self) -> None:
+        """Record the host's files as the session's new checkpoint, when a tool may have
+        changed them."""
+        if self.workspace is None or not self.dirty:
+            return
+
+        async def record(queue: str, checkpoint_id: str) -> CheckpointOutput:
+            return await workflow.execute_activity(
+                Activities.CHECKPOINT_WORKSPACE,
+                CheckpointInput(session_id=self.session_id, checkpoint_id=checkpoint_id),
+                result_type=CheckpointOutput,
+                task_queue=queue,
+                schedule_to_start_timeout=HOST_START_TIMEOUT,
+                start_to_close_timeout=CLAIM_TIMEOUT,
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=HOST_RETRY,
+                summary="checkpoint the workspace",
+            )
+
+        out = await self.on_host(record)  # a new host records the checkpoint it was made from
+        self.workspace = self.workspace.model_copy(update={"checkpoint_id": out.checkpoint_id})
+        self.dirty = False
