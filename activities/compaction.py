@@ -168,7 +168,7 @@ class CompactionActivities:
             "trigger": "auto" if req.trigger == "auto" else "manual",
             "custom_instructions": req.custom_instructions,
         }
-        ledger = self.store.hook_ledger(req.session_id)
+        ledger = self.store.hook_records(req.session_id)
         if req.pre_compact is not None:  # chosen from the prompt's settings snapshot
             body = {**payload, "hook_event_name": "PreCompact", "cwd": req.workspace}
             outcomes = await run_commands(

@@ -16,8 +16,9 @@ import os
 import re
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -95,7 +96,7 @@ async def run_hooks(
     target: str,
     payload: dict[str, Any],
     workspace: Path,
-    ledger: Path | None = None,
+    ledger: Path | HookLedger | None = None,
 ) -> list[HookRun]:
     """The hooks of `event` from the settings files, run by `run_commands` with the payload (and
     `hook_event_name`, `cwd`) as JSON on stdin."""
@@ -110,7 +111,7 @@ async def run_commands(
     event: str,
     body: dict[str, Any],
     workspace: Path,
-    ledger: Path | None = None,
+    ledger: Path | HookLedger | None = None,
     session_id: str = "",
 ) -> list[HookRun]:
     """Run the handlers in parallel, each with its own timeout, `body` as JSON on stdin, in the
@@ -122,18 +123,17 @@ async def run_commands(
     (hook processes carry a tag of their run in their environment, as tool processes do)."""
     data = json.dumps(body).encode()
     key = _ledger_key(event) if ledger is not None else None
+    book = FileLedger(ledger) if isinstance(ledger, Path) else ledger
 
     async def one(index: int, hook: HookCommandSpec) -> HookRun:
-        record = ledger / f"{key}-{index}" if ledger is not None and key else None
-        if record is None:
+        name = f"{key}-{index}" if book is not None and key else None
+        if book is None or name is None:
             return await _run_one(hook, data, workspace)
-        outcome = await off_loop(_recorded, record, hook, session_id)
+        outcome = await off_loop(_recorded, book, name, hook, session_id)
         if outcome is None:
-            await off_loop(write_file_atomic, record.with_suffix(".started"), hook.command)
-            outcome = await _run_one(hook, data, workspace, _tag(record, session_id))
-            await off_loop(
-                write_file_atomic, record.with_suffix(".json"), outcome.model_dump_json()
-            )
+            await off_loop(book.start, name, hook.command)
+            outcome = await _run_one(hook, data, workspace, _tag(name, session_id))
+            await off_loop(book.finish, name, outcome.model_dump_json())
         return outcome
 
     async with heartbeating(), asyncio.TaskGroup() as group:
@@ -148,20 +148,54 @@ def _ledger_key(event: str) -> str | None:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{info.workflow_run_id}-{info.activity_id}-{event}")
 
 
-def _tag(record: Path, session_id: str) -> str:
+def _tag(name: str, session_id: str) -> str:
     """The run tag of one hook's run (`RUN_TAG_NAME` in its processes' environment): under the
     session's prefix, so the session-end sweep ends what a hook left running too."""
-    return f"{session_tag_prefix(session_id)}hook/{record.name}"
+    return f"{session_tag_prefix(session_id)}hook/{name}"
 
 
-def _recorded(record: Path, hook: HookCommandSpec, session_id: str) -> HookRun | None:
-    done = record.with_suffix(".json")
-    if done.exists():
-        return HookRun.model_validate_json(done.read_text(encoding="utf-8"))
-    if record.with_suffix(".started").exists():
+class HookLedger(Protocol):
+    """Where each hook run's start and outcome are recorded (by `name`: the activity, event
+    and handler), so that a retried activity never runs a hook twice."""
+
+    def outcome(self, name: str) -> str | None: ...
+    def started(self, name: str) -> bool: ...
+    def start(self, name: str, command: str) -> None: ...
+    def finish(self, name: str, outcome: str) -> None: ...
+
+
+@dataclass
+class FileLedger:
+    """The ledger as files of one directory (`<name>.started`, `<name>.json`)."""
+
+    folder: Path
+
+    def outcome(self, name: str) -> str | None:
+        try:
+            return (self.folder / f"{name}.json").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def started(self, name: str) -> bool:
+        return (self.folder / f"{name}.started").exists()
+
+    def start(self, name: str, command: str) -> None:
+        write_file_atomic(self.folder / f"{name}.started", command)
+
+    def finish(self, name: str, outcome: str) -> None:
+        write_file_atomic(self.folder / f"{name}.json", outcome)
+
+
+def _recorded(
+    book: HookLedger, name: str, hook: HookCommandSpec, session_id: str
+) -> HookRun | None:
+    done = book.outcome(name)
+    if done is not None:
+        return HookRun.model_validate_json(done)
+    if book.started(name):
         # An earlier attempt started it and recorded no outcome: its worker is gone (or lost
         # the activity), and the hook may still be running: end it, do not run it again.
-        kill_tagged(_tag(record, session_id))
+        kill_tagged(_tag(name, session_id))
         return HookRun(
             command=hook.command,
             exit_code=None,
@@ -238,7 +272,7 @@ class HookActivities:
     def __init__(
         self,
         transcript_path: Callable[[str], Path],
-        ledger: Callable[[str], Path] | None = None,
+        ledger: Callable[[str], Path | HookLedger] | None = None,
         results: ResultLoader | None = None,
         hosts: WorkspaceHosts | None = None,
     ) -> None:

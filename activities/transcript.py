@@ -388,6 +388,12 @@ class TranscriptStore:
             return {}
         return value if isinstance(value, dict) else {}
 
+    def hook_records(self, session_id: str) -> Any:
+        """The session's hook ledger (activities.hooks.HookLedger): this store's directory of
+        files here; a shared store's records, so a hook retried on another machine is not run
+        twice either."""
+        return self.hook_ledger(session_id)
+
     def hook_ledger(self, session_id: str) -> Path:
         """Where hook activities record each hook's start and outcome (never run twice)."""
         return self._results_dir(session_id) / "hooks"

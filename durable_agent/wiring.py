@@ -56,7 +56,7 @@ def build_worker(
         hosts = WorkspaceHosts(store, host_queue_of(task_queue))
     tools = ToolActivities(store, hosts)
     stores = StoreActivities(store)
-    hooks = HookActivities(store.local_transcript, store.hook_ledger, store.get_tool_result, hosts)
+    hooks = HookActivities(store.local_transcript, store.hook_records, store.get_tool_result, hosts)
     place: list[Callable[..., Any]] = [
         tools.run_tool,
         tools.end_session_processes,

@@ -270,3 +270,54 @@ async def test_partial_messages_stream_before_the_message(
     assert "streamed answer" in transcript.read_text()
     assert "content_block_delta" not in transcript.read_text()
     assert "content_block_delta" in next(sessions.glob("*.stream.jsonl")).read_text()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["files", "shared-store"])
+async def test_rewind_files_puts_the_files_back_as_before_a_prompt(
+    dev_env, tmp_path, cli_path, unknown_lines, request, shared
+):
+    """enable_file_checkpointing + rewind_files(uuid of a prompt's UserMessage): the workspace
+    as it was before that prompt; with a shared store, the next prompt's tools see it too."""
+    turns = [
+        tool_turn([("w1", "Write", {"file_path": "new.txt", "content": "one\n"})]),
+        text_turn("Wrote it."),
+        tool_turn([("b1", "Bash", {"command": "rm notes.txt && echo two >> new.txt"})]),
+        text_turn("Changed it."),
+        tool_turn([("b2", "Bash", {"command": "ls"})]),
+        text_turn("Listed."),
+    ]
+    with ReplayServer(turns) as server:
+        opts = options(
+            dev_env, tmp_path, cli_path, server, enable_file_checkpointing=True,
+            extra_args={"replay-user-messages": None}, permission_mode="acceptEdits",
+            allowed_tools=["Bash"],
+        )  # fmt: skip
+        if shared:
+            opts.env["DURABLE_AGENT_STORE"] = request.getfixturevalue("pg_url")
+        ws = Path(opts.cwd)
+        async with ClaudeSDKClient(opts) as client:
+            await client.query("write new.txt")
+            first = [m async for m in client.receive_response()]
+            await client.query("change things")
+            second = [m async for m in client.receive_response()]
+            prompts = [
+                m
+                for m in first + second
+                if isinstance(m, UserMessage)
+                and m.uuid
+                and (isinstance(m.content, str) or all(isinstance(b, TextBlock) for b in m.content))
+            ]
+            assert len(prompts) == 2, prompts
+            before_write, before_change = (str(m.uuid) for m in prompts)
+            assert (ws / "new.txt").read_text() == "one\ntwo\n"
+            assert not (ws / "notes.txt").exists()
+            await client.rewind_files(before_change)
+            assert (ws / "new.txt").read_text() == "one\n"
+            assert (ws / "notes.txt").read_text() == "durable notes\n"
+            await client.rewind_files(before_write)
+            assert not (ws / "new.txt").exists()
+            await client.query("list")
+            third = [m async for m in client.receive_response()]
+    assert isinstance(third[-1], ResultMessage) and third[-1].result == "Listed."
+    listing = server.requests[5]["messages"][-1]["content"][0]["content"]
+    assert "new.txt" not in listing and "notes.txt" in listing

@@ -160,3 +160,22 @@ async def test_a_retry_ends_the_hook_an_interrupted_attempt_left_running(store, 
     finally:
         left.kill()
     assert tagged_processes(tag) == []
+
+
+async def test_a_hook_retried_on_another_machine_is_not_run_twice(any_store, tmp_path):
+    """The ledger is the store's: with a shared one, the retry's worker (another state dir)
+    sees the outcome the first attempt recorded."""
+    from activities.hooks import HookActivities
+    from durable_agent.engine.contracts import StopHooksInput
+    from tests.test_store import other_machine
+
+    ws = tmp_path / "ws"
+    _stop_hook(ws, "echo ran >> runs.txt; echo 'keep going' >&2; exit 2")
+    req = StopHooksInput(session_id="s", workspace=str(ws), stop_hook_active=False)
+    here = HookActivities(any_store.transcript_path, any_store.hook_records)
+    first = await _activity_env().run(here.run_stop_hooks, req)
+    elsewhere = other_machine(any_store, tmp_path)
+    there = HookActivities(elsewhere.transcript_path, elsewhere.hook_records)
+    again = await _activity_env().run(there.run_stop_hooks, req)  # the same activity's retry
+    assert (ws / "runs.txt").read_text() == "ran\n"
+    assert first.blocking_errors == again.blocking_errors == ["keep going"]

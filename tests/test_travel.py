@@ -5,9 +5,11 @@ copy made from the uploaded snapshot; the files the model left come back to the 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +17,9 @@ from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from durable_agent.store.postgres import PostgresStore
 from durable_agent.wiring import build_worker
 from tests.helpers import replay_client_factory
+from tests.test_claude_cli import env_for
 from tests.test_cli import cli_env, durable_agent
+from tests.test_shared_store import run_p
 
 
 async def test_a_session_runs_its_tools_on_another_machine_and_its_files_come_back(
@@ -106,3 +110,51 @@ async def _run(env: dict[str, str], args: list[str]) -> subprocess.CompletedProc
 def _no_store_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DURABLE_AGENT_STORE", raising=False)
     assert "DURABLE_AGENT_STORE" not in os.environ
+
+
+def tree_hashes(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file under `root` (but .gitignore'd build/): its content hash and mode."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_file() and not rel.startswith("build/"):
+            out[rel] = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mode)
+    return out
+
+
+def test_rewind_restores_the_files_as_they_were_before_a_prompt(dev_env, tmp_path, pg_url):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("first\n")
+    (ws / "b.txt").write_text("bee\n")
+    (ws / ".gitignore").write_text("build/\n")
+    turns = [
+        tool_turn([("w1", "Write", {"file_path": "c.txt", "content": "sea\n"})]),
+        text_turn("Wrote c."),
+        tool_turn([("b1", "Bash", {"command": "rm b.txt && chmod +x c.txt && echo 2 >> a.txt"})]),
+        text_turn("Changed them."),
+    ]
+    with ReplayServer(turns) as server:
+        env = env_for(dev_env, tmp_path, server)
+        env["DURABLE_AGENT_STORE"] = pg_url
+        original = tree_hashes(ws)
+        first = run_p(env, ws, "write c", "--permission-mode", "acceptEdits")
+        after_first = tree_hashes(ws)
+        run_p(env, ws, "change", "--resume", first["session_id"], "--allowedTools", "Bash")
+    assert "c.txt" in after_first and after_first != original
+    changed = tree_hashes(ws)
+    assert "b.txt" not in changed and changed != after_first
+    (ws / "build").mkdir()
+    (ws / "build" / "out.o").write_text("ignored: rewind leaves it")
+    sid = first["session_id"]
+
+    back = durable_agent(["rewind", sid, "--to", "2", "--workspace", str(ws)], env)
+    assert back.returncode == 0, back.stderr
+    assert tree_hashes(ws) == after_first, back.stdout
+    assert "as before prompt 2" in back.stdout
+    back = durable_agent(["rewind", sid, "--to", "1"], env)  # the session's own workspace
+    assert back.returncode == 0, back.stderr
+    assert tree_hashes(ws) == original
+    assert (ws / "build" / "out.o").exists()
+    missing = durable_agent(["rewind", sid, "--to", "9"], env)
+    assert missing.returncode == 2 and "has no prompt 9" in missing.stderr, missing.stderr

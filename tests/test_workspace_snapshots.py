@@ -213,6 +213,26 @@ def test_manifest_id_ignores_stat_hints_and_round_trips_through_the_store(
         blobs.get("0" * 64)
 
 
+def test_storing_a_checkpoint_that_changed_one_file_sends_one_bucket_and_the_root(
+    tmp_path: Path, blobs: RecordingBlobs
+) -> None:
+    root = tmp_path / "many"
+    for n in range(2_000):
+        write(root, f"d{n % 20}/f{n}.txt", f"file {n}\n")
+    first = snapshot(root, blobs)
+    store_manifest(first, blobs)
+    blobs.puts.clear()
+    write(root, "d3/f3.txt", "changed\n")
+    second = snapshot(root, blobs, previous=first)
+    mid = store_manifest(second, blobs)
+    # the file's blob, the bucket holding its path, the root: not 2,000 entries again
+    assert len(blobs.puts) == 3 and mid in blobs.puts
+    sent = sum((blobs.root / d[:2] / d).stat().st_size for d in blobs.puts)
+    assert sent < 20_000
+    assert load_manifest(mid, blobs).files.keys() == second.files.keys()
+    assert diff(load_manifest(mid, blobs), second) == diff(second, second)
+
+
 @pytest.mark.parametrize(
     "files",
     [

@@ -228,6 +228,10 @@ class SessionWorkflow:
         # Counted before the start is awaited: an Update accepted meanwhile numbers after it.
         state.queries = index
         config = self._config
+        if req.checkpoint_id is not None and state.workspace is not None:
+            state.workspace = state.workspace.model_copy(
+                update={"checkpoint_id": req.checkpoint_id}
+            )
         if req.max_turns is not None:
             config = config.model_copy(update={"max_turns": req.max_turns})
         handle = await workflow.start_child_workflow(

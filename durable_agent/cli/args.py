@@ -345,6 +345,17 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("session_id")
     export.add_argument("dir")
 
+    rewind = sub.add_parser(
+        "rewind",
+        help="put a workspace's files back as they were before prompt N (a shared store)",
+        description="Makes the workspace hold exactly the files of the checkpoint prompt N "
+        "started from (files .gitignore names and .git are left alone). Needs the session "
+        "to have run with a shared store (DURABLE_AGENT_STORE).",
+    )
+    rewind.add_argument("session_id")
+    rewind.add_argument("--to", type=_positive, required=True, metavar="N", help="prompt number")
+    rewind.add_argument("--workspace", help="the directory to restore (default: the session's)")
+
     tail = sub.add_parser(
         "tail", help="follow the prompt running in a session (Ctrl-C stops following)"
     )

@@ -31,6 +31,7 @@ from durable_agent.cli.sessions import (
     session_memo,
     state_name,
 )
+from durable_agent.cli.travel import bring_back, sync, upload
 from durable_agent.cli.watching import (
     idle_hint,
     install_interrupt,
@@ -75,10 +76,16 @@ async def chat(
 ) -> int:
     """Chat in `session_id`: started on `task_queue` with `memo` when memo is given, else the
     running session of that id."""
+    travel = None
     if memo is not None:
+        travel = await upload(config.workspace, console)
         handle = await client.start_workflow(
             Workflows.SESSION,
-            SessionInput(session_id=session_id, config=config),
+            SessionInput(
+                session_id=session_id,
+                config=config,
+                workspace=travel.hosted if travel else None,
+            ),
             id=session_id,
             task_queue=task_queue,
             static_summary="chat",
@@ -106,6 +113,8 @@ async def chat(
             # A CLI's first prompt to a session it came back to: SessionStart "resume".
             request = PromptRequest(prompt=line, session_start=None if started else "resume")
             started = True
+            if travel is not None:  # files edited here since the last prompt travel with it
+                request.checkpoint_id = await sync(travel)
         update_id = f"prompt-{uuid.uuid4()}"  # the same id on a retry: sent once, not twice
 
         def submit(request: PromptRequest = request, update_id: str = update_id) -> Any:
@@ -135,6 +144,7 @@ async def chat(
             break
         for model, used in result.usage_by_model.items():
             spent[model] = spent.get(model, Usage()) + used
+        await bring_back(travel, result.workspace, console)
         console.result(session_id, result)
     if detached.is_set():
         console.info(f"detached; the session goes on: durable-agent tail {session_id}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import functools
 import json
@@ -49,7 +50,7 @@ from durable_agent.cli.sessions import (
     session_memo,
     state_name,
 )
-from durable_agent.cli.travel import Travel, bring_back, upload
+from durable_agent.cli.travel import Travel, bring_back, checkpoint_here, sync, upload
 from durable_agent.cli.watching import query_result, watch
 from durable_agent.engine.contracts import (
     ApprovalAnswer,
@@ -113,6 +114,11 @@ def claude_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-format", choices=("text", "stream-json"), default="text")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--include-partial-messages", action="store_true", dest="partial")
+    p.add_argument(
+        "--replay-user-messages",
+        action="store_true",
+        help="echo each prompt back on stdout, with its uuid (what rewind_files names)",
+    )
     p.add_argument("--system-prompt", help="replaces the built-in system prompt")
     p.add_argument("--append-system-prompt")
     p.add_argument("--model")
@@ -162,6 +168,9 @@ def parse_claude_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+FILE_CHECKPOINTING_ENV = "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING"
+"""Set by the Agent SDK for enable_file_checkpointing=True."""
+
 NO_WORKER_ENV = "DURABLE_AGENT_NO_WORKER"
 """Set to 1: `-p` runs no worker; its session goes on the shared queue (as `run --no-worker`)."""
 
@@ -184,9 +193,11 @@ def run_args(args: argparse.Namespace) -> argparse.Namespace:
 class Out:
     """Claude Code's stdout: stream-json lines, one JSON result, or the result's text."""
 
-    def __init__(self, output_format: str, session_id: str) -> None:
+    def __init__(self, output_format: str, session_id: str, replay_user: bool = False) -> None:
         self.format = output_format
         self.session_id = session_id
+        self.replay_user = replay_user
+        """--replay-user-messages: the prompts are shown too."""
 
     def line(self, obj: dict[str, Any]) -> None:
         if self.format == "stream-json":
@@ -223,7 +234,7 @@ class Out:
         """Claude's messages, the tool results and compact boundaries; not the prompt itself
         (nor hook feedback the loop sent as text), as Claude Code's stream-json leaves them out."""
         for entry in entries:
-            if entry.type == "user" and not _has_tool_results(entry):
+            if entry.type == "user" and not _has_tool_results(entry) and not self.replay_user:
                 continue
             self.line(entry_line(entry, self.session_id))
 
@@ -382,6 +393,18 @@ class Front:
         self.last: QueryResult | None = None
         self.travel: Travel | None = None
         """The workspace this process sent to the shared store, if it did."""
+        self.workspace = Path(".")
+        self.checkpointing = os.environ.get(FILE_CHECKPOINTING_ENV, "").strip().lower() in (
+            "1",
+            "true",
+        )
+        """The Agent SDK's enable_file_checkpointing: the files before each prompt are kept,
+        and rewind_files puts them back."""
+        self.pending: collections.deque[str | None] = collections.deque()
+        """The checkpoint taken when each accepted prompt was sent (None: none), in order."""
+        self.checkpoints: dict[str, str] = {}
+        """A prompt's user message uuid -> the checkpoint of the files before it."""
+        self._seen: Any = None
         self.head: str | None = None
         self.default_model = ""
         """What set_model(None) goes back to (the model this process started with)."""
@@ -389,6 +412,15 @@ class Front:
     async def submit(self, prompt: str) -> None:
         """A prompt, or `/compact [instructions]` (as Claude Code takes it in print mode)."""
         request = compact_request(prompt) or PromptRequest(prompt=prompt)
+        checkpoint = None
+        if not request.compact:
+            if self.travel is not None:  # files edited or rewound here since travel with it
+                request.checkpoint_id = await sync(self.travel)
+                checkpoint = self.travel.base_id
+            elif self.checkpointing:
+                checkpoint, self._seen = await asyncio.to_thread(
+                    checkpoint_here, self.workspace, self._seen
+                )
         try:
             accepted = await self.handle.execute_update(
                 Updates.SUBMIT_PROMPT, request, id=f"prompt-{uuid.uuid4()}",
@@ -396,6 +428,7 @@ class Front:
             )  # fmt: skip
         except WorkflowUpdateFailedError as exc:
             raise CliError(f"the prompt was not accepted: {exc.cause}") from exc
+        self.pending.append(checkpoint if self.checkpointing else None)
         await self.accepted.put(accepted.query_workflow_id)
 
     async def control(self, message: dict[str, Any]) -> None:
@@ -434,8 +467,49 @@ class Front:
                 self.respond(request_id, error=f"{subtype}: {exc.cause}")
             else:
                 self.respond(request_id, {})
+        elif subtype == "rewind_files":
+            await self.rewind_files(request_id, str(request.get("user_message_id", "")))
         else:
             self.respond(request_id, error=f"control request {subtype!r} is not supported yet")
+
+    async def rewind_files(self, request_id: str, message_id: str) -> None:
+        """The Agent SDK's rewind_files: the workspace's files as they were before the prompt
+        of that user message (and, for a travelling workspace, the next prompt starts there)."""
+        if not self.checkpointing:
+            self.respond(
+                request_id,
+                error="rewind_files: file checkpointing is not enabled "
+                "(ClaudeAgentOptions(enable_file_checkpointing=True))",
+            )
+            return
+        checkpoint = self.checkpoints.get(message_id)
+        if checkpoint is None:
+            self.respond(
+                request_id,
+                error=f"rewind_files: no checkpoint for user message {message_id!r} "
+                "(the uuid of a prompt this process sent, as --replay-user-messages shows it)",
+            )
+            return
+        from durable_agent.cli.rewind import restore
+
+        try:
+            summary = await asyncio.to_thread(restore, checkpoint, self.workspace)
+        except Exception as exc:  # noqa: BLE001 — the SDK gets the reason, the run goes on
+            self.respond(request_id, error=f"rewind_files: {exc}")
+            return
+        Console("json").info(f"rewound {self.workspace}: {summary}")
+        self.respond(request_id, {})
+
+    def bind(self, entries: list[TranscriptEntry], checkpoint: str | None) -> str | None:
+        """The prompt's own user message among `entries` gets `checkpoint` (the files before
+        it); what is left to bind (None once bound)."""
+        for entry in entries:
+            if checkpoint is None:
+                break
+            if entry.type == "user" and entry.message and not _has_tool_results(entry):
+                self.checkpoints[entry.uuid] = checkpoint
+                checkpoint = None
+        return checkpoint
 
     def respond(
         self, request_id: str, reply: dict[str, Any] | None = None, error: str | None = None
@@ -520,9 +594,12 @@ class Front:
             started = time.monotonic()
             child = self.client.get_workflow_handle(child_id, result_type=QueryResult)
             shown: list[TranscriptEntry] = []
+            unbound = [self.pending.popleft() if self.pending else None]
 
             async def live(
-                events: list[ProgressEvent], shown: list[TranscriptEntry] = shown
+                events: list[ProgressEvent],
+                shown: list[TranscriptEntry] = shown,
+                unbound: list[str | None] = unbound,
             ) -> None:
                 for event in events:
                     if event.kind == ProgressKind.RETRY:  # Claude Code's api_retry system line
@@ -532,6 +609,7 @@ class Front:
                         )  # fmt: skip
                 new = lines.landed()
                 shown.extend(new)
+                unbound[0] = self.bind(new, unbound[0])
                 self.out.entries(new)
 
             result = await watch(
@@ -541,6 +619,7 @@ class Front:
             assert result is not None
             rest = lines.chain_to(result.head_uuid)  # whatever the live view had not shown
             shown.extend(rest)
+            self.bind(rest, unbound[0])
             self.out.entries(rest)
             text = next(
                 (e.message.text() for e in reversed(shown) if e.type == "assistant" and e.message),
@@ -651,10 +730,11 @@ async def cmd_claude(argv: list[str]) -> int:
         )
         opened = await _open_session(client, console, ns, args, config, stack)
         session_id, handle = opened.session_id, opened.handle
-        out = Out(args.output_format, session_id)
+        out = Out(args.output_format, session_id, args.replay_user_messages)
         front = Front(client, out, handle, args.permission_prompt_tool == "stdio")
         front.head, front.default_model = opened.head, config.model
         front.travel = opened.travel
+        front.workspace = Path(config.workspace)
         store = _store()
         lines = Lines(store, session_id, opened.head)
         if args.partial and args.output_format == "stream-json":

@@ -573,8 +573,15 @@ async def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_rewind(args: argparse.Namespace) -> int:
+    from durable_agent.cli.rewind import cmd_rewind as rewind
+
+    return await rewind(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "export": cmd_export,
+    "rewind": cmd_rewind,
     "run": cmd_run,
     "approve": cmd_approve,
     "resume": cmd_resume,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
@@ -21,26 +22,30 @@ class Travel:
 
     local: Path
     base_id: str
+    seen: Any = None
+    """The local tree's last manifest (stat hints): the next snapshot reads what changed."""
 
     @property
     def hosted(self) -> HostedWorkspace:
         return HostedWorkspace(checkpoint_id=self.base_id)
 
 
-def _upload(local: Path) -> str:
+def checkpoint_here(local: Path, previous: Any = None) -> tuple[str, Any]:
+    """The files of `local` as a checkpoint in this machine's store (the shared one, or the
+    blobs under DURABLE_AGENT_HOME): its id and the manifest (blocking)."""
     from durable_agent.workspace import WorkspaceTooLarge, snapshot, store_manifest
 
     blobs = open_store().blobs()
     try:
-        manifest = snapshot(local, blobs)
+        manifest = snapshot(local, blobs, previous=previous)
     except WorkspaceTooLarge as exc:
         text = str(exc)
         message, _, hint = text.partition("; hint: ")
         raise CliError(
-            f"the workspace {local} is too large to send to the shared store: {message}",
+            f"the workspace {local} is too large to checkpoint: {message}",
             hint or "add what the agent does not need to .gitignore",
         ) from exc
-    return store_manifest(manifest, blobs)
+    return store_manifest(manifest, blobs), manifest
 
 
 async def upload(local: str | Path, console: Console) -> Travel | None:
@@ -48,9 +53,19 @@ async def upload(local: str | Path, console: Console) -> Travel | None:
     if not open_store().shared:
         return None
     path = Path(local)
-    base_id = await asyncio.to_thread(_upload, path)
+    base_id, seen = await asyncio.to_thread(checkpoint_here, path)
     console.info(f"workspace {path} sent to the shared store (checkpoint {base_id[:12]})")
-    return Travel(local=path, base_id=base_id)
+    return Travel(local=path, base_id=base_id, seen=seen)
+
+
+async def sync(travel: Travel) -> str | None:
+    """Before a further prompt: the local files as a new checkpoint when they changed since
+    the last upload or write-back (the user edited them, or rewound them), else None."""
+    checkpoint, travel.seen = await asyncio.to_thread(checkpoint_here, travel.local, travel.seen)
+    if checkpoint == travel.base_id:
+        return None
+    travel.base_id = checkpoint
+    return checkpoint
 
 
 def _write_back(base_id: str, final_id: str, local: Path) -> str:

@@ -216,6 +216,9 @@ class PromptRequest(BaseModel):
     compact: bool = False
     """`/compact [instructions]`: summarise the conversation now; `prompt` holds the
     instructions (may be empty)."""
+    checkpoint_id: str | None = None
+    """A travelling workspace's files as the submitter has them now (edited, or rewound, since
+    the last prompt): the prompt's tools start from this checkpoint."""
 
 
 class SessionState(BaseModel):

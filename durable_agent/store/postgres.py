@@ -36,8 +36,10 @@ from activities.transcript import (
 from durable_agent.engine.messages import ToolResultBlock, TranscriptEntry
 from durable_agent.store import redact
 
-CONNECT_SECONDS = 10.0
-"""How long a call waits for a connection before it fails (retryably) with a StoreError."""
+CONNECT_SECONDS = 3.0
+"""How long a call waits for a connection before it fails (retryably) with a StoreError: under
+the activities' heartbeat timeout (5 s), so that an outage fails the step with a StoreError
+that `status` shows, not as a silent heartbeat timeout."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -308,6 +310,29 @@ class PostgresStore(TranscriptStore):
 
     def blobs(self) -> PostgresBlobs:
         return PostgresBlobs(self.db)
+
+    def hook_records(self, session_id: str) -> StoreLedger:
+        return StoreLedger(self, session_id)
+
+
+@dataclass
+class StoreLedger:
+    """A session's hook ledger (activities.hooks.HookLedger) as records of the store."""
+
+    store: PostgresStore
+    session_id: str
+
+    def outcome(self, name: str) -> str | None:
+        return self.store._get_record(self.session_id, "hook", name)
+
+    def started(self, name: str) -> bool:
+        return self.store._get_record(self.session_id, "hook-started", name) is not None
+
+    def start(self, name: str, command: str) -> None:
+        self.store._put_record(self.session_id, "hook-started", name, command)
+
+    def finish(self, name: str, outcome: str) -> None:
+        self.store._put_record(self.session_id, "hook", name, outcome)
 
 
 def _lock_session(cur: psycopg.Cursor[Any], key: str) -> None:

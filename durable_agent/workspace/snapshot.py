@@ -183,33 +183,81 @@ def diff(a: Manifest, b: Manifest) -> Diff:
 # -- identity and storage -------------------------------------------------------------------
 
 
-def _canonical(manifest: Manifest) -> bytes:
-    files = {p: e.identity() for p, e in manifest.files.items()}
-    text = json.dumps({"files": files}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+BUCKETS = 256
+"""A stored manifest is a root naming up to this many buckets, each the entries of the paths
+that hash into it: a checkpoint that changed k files stores at most k buckets and the root,
+not the whole list (a 10,000-file tree's list is ~1.5 MB; a bucket ~6 KB, the root ~18 KB)."""
+
+
+def _bucket_of(path: str) -> str:
+    return hashlib.sha256(path.encode("utf-8")).hexdigest()[:2]
+
+
+def _stored(manifest: Manifest) -> tuple[bytes, dict[str, bytes]]:
+    """The root blob and the bucket blobs (by digest) that store `manifest`."""
+    grouped: dict[str, dict[str, dict[str, str | int | None]]] = {}
+    for path, entry in manifest.files.items():
+        grouped.setdefault(_bucket_of(path), {})[path] = entry.identity()
+    buckets: dict[str, bytes] = {}
+    names: dict[str, str] = {}
+    for name, files in grouped.items():
+        data = _json({"files": files})
+        digest = hashlib.sha256(data).hexdigest()
+        buckets[digest] = data
+        names[name] = digest
+    return _json({"buckets": names}), buckets
+
+
+def _json(value: object) -> bytes:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return text.encode("utf-8")
 
 
 def manifest_id(manifest: Manifest) -> str:
-    """sha256 of the canonical JSON of paths, kinds, digests, targets and modes."""
-    return hashlib.sha256(_canonical(manifest)).hexdigest()
+    """sha256 of the stored root: two manifests with the same paths, kinds, digests, targets
+    and modes have the same id."""
+    root, _ = _stored(manifest)
+    return hashlib.sha256(root).hexdigest()
 
 
 def store_manifest(manifest: Manifest, blobs: Blobs) -> str:
-    """Store the manifest's identity as a blob; returns its id (`manifest_id`)."""
-    data = _canonical(manifest)
-    digest = hashlib.sha256(data).hexdigest()
-    blobs.put(digest, data)
+    """Store the manifest's identity (a root and its buckets; only those not stored yet are
+    sent); returns its id (`manifest_id`)."""
+    root, buckets = _stored(manifest)
+    digest = hashlib.sha256(root).hexdigest()
+    wanted = {digest: root, **buckets}
+    for missing in sorted(blobs.missing(wanted)):
+        blobs.put(missing, wanted[missing])
     return digest
+
+
+def _verified(digest: str, data: bytes) -> dict[str, object]:
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise ValueError(f"manifest blob {digest} is corrupt: its content has another digest")
+    value = json.loads(data.decode("utf-8"))
+    if not isinstance(value, dict):
+        raise ValueError(f"manifest blob {digest} is not a manifest")
+    return value
 
 
 def load_manifest(id: str, blobs: Blobs) -> Manifest:
     """The manifest stored under `id`. Sizes and stat hints are local facts, not stored: they
     come back as 0, so a snapshot given this manifest as `previous` reads every file once."""
-    data = blobs.get(id)
-    if hashlib.sha256(data).hexdigest() != id:
-        raise ValueError(f"manifest blob {id} is corrupt: its content has another digest")
-    files = json.loads(data.decode("utf-8"))["files"]
-    return Manifest(files={p: FileEntry(**e) for p, e in files.items()})
+    root = _verified(id, blobs.get(id))
+    names = root.get("buckets")
+    if not isinstance(names, dict):
+        raise ValueError(f"manifest blob {id} names no buckets")
+    get_many = getattr(blobs, "get_many", None)
+    digests = sorted(set(names.values()))
+    found = get_many(digests) if get_many else {d: blobs.get(d) for d in digests}
+    files: dict[str, FileEntry] = {}
+    for digest in digests:
+        if digest not in found:
+            raise KeyError(digest)
+        bucket = _verified(digest, found[digest])["files"]
+        assert isinstance(bucket, dict)
+        files.update({p: FileEntry(**e) for p, e in bucket.items()})
+    return Manifest(files=files)
 
 
 # -- walking --------------------------------------------------------------------------------
