@@ -430,9 +430,11 @@ class TranscriptStore:
             for block in entry.message.content if entry.message else []:
                 if isinstance(block, ToolResultBlock) and block.tool_use_id in wanted:
                     target = self.overflow_path(session_id, block.tool_use_id)
-                    if target.exists():
-                        continue
-                    write_file_atomic(target, block.text())
+                    if not target.exists():
+                        self._keep_overflow(session_id, block.tool_use_id, block.text())
+
+    def _keep_overflow(self, session_id: str, tool_use_id: str, text: str) -> None:
+        write_file_atomic(self.overflow_path(session_id, tool_use_id), text)
 
     def get_tool_result(
         self, session_id: str, tool_use_id: str, run_id: str = ""

@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowHandle
 from activities.model import ClientOptions, ModelActivities
 from activities.transcript import TranscriptStore
 from durable_agent.engine.contracts import SessionInput, SessionStatus
-from durable_agent.engine.state import QueryConfig
+from durable_agent.engine.state import HostedWorkspace, QueryConfig
 from durable_agent.replay import ReplayServer
 from durable_agent.wiring import build_worker
 from workflows.session import SessionWorkflow
@@ -59,9 +59,11 @@ async def start_session(
     close_when_idle: bool = True,
     prefix: str = "test",
     config: Mapping[str, object] | None = None,
+    checkpoint_id: str | None = None,
 ) -> tuple[str, WorkflowHandle[SessionWorkflow, SessionStatus]]:
     """A session for `workspace` on `task_queue`, started with `prompt`; with
-    `close_when_idle` it ends once that prompt is answered."""
+    `close_when_idle` it ends once that prompt is answered; with `checkpoint_id` (a shared
+    store's snapshot of it) its workspace travels."""
     session_id = f"{prefix}-{uuid.uuid4()}"
     handle = await client.start_workflow(
         SessionWorkflow.run,
@@ -70,6 +72,7 @@ async def start_session(
             config=QueryConfig.model_validate({"workspace": str(workspace), **(config or {})}),
             initial_prompt=prompt,
             close_when_idle=close_when_idle,
+            workspace=HostedWorkspace(checkpoint_id=checkpoint_id) if checkpoint_id else None,
         ),
         id=session_id,
         task_queue=task_queue,

@@ -158,3 +158,46 @@ def test_rewind_restores_the_files_as_they_were_before_a_prompt(dev_env, tmp_pat
     assert (ws / "build" / "out.o").exists()
     missing = durable_agent(["rewind", sid, "--to", "9"], env)
     assert missing.returncode == 2 and "has no prompt 9" in missing.stderr, missing.stderr
+
+
+async def test_a_travelling_session_claims_a_host_and_checkpoints_each_batch(
+    dev_env, tmp_path, pg_url, task_queue
+):
+    """In-process (its histories are kept for replay): the claim on the shared queue, the
+    tools on the host's queue, a checkpoint after the batch that wrote, none after the read."""
+    from durable_agent.workspace import load_manifest, snapshot, store_manifest
+    from tests.helpers import record_histories, start_session
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    store = PostgresStore(tmp_path / "host-home", pg_url)
+    base = store_manifest(snapshot(ws, store.blobs()), store.blobs())
+    turns = [
+        tool_turn([("w1", "Write", {"file_path": str(ws / "b.txt"), "content": "b\n"})]),
+        tool_turn([("r1", "Read", {"file_path": str(ws / "b.txt")})]),
+        text_turn("Done."),
+    ]
+    with ReplayServer(turns) as server:
+        worker = build_worker(dev_env.client, task_queue, store, replay_client_factory(server))
+        async with worker:
+            sid, handle = await start_session(dev_env.client, ws, task_queue, checkpoint_id=base)
+            status = await handle.result()
+    await record_histories(dev_env.client, sid)
+    result = status.last_result
+    assert result is not None and result.workspace is not None, status
+    assert result.workspace.host_queue and result.workspace.host_queue.startswith(task_queue)
+    final = load_manifest(result.workspace.checkpoint_id, store.blobs())
+    assert sorted(final.files) == ["a.txt", "b.txt"]
+    assert not (ws / "b.txt").exists()  # the tools wrote the host's copy, not this folder
+    read = server.requests[2]["messages"][-1]["content"][0]["content"]
+    assert "b" in str(read)
+    history = await dev_env.client.get_workflow_handle(f"{sid}-q1").fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled.count("claim_workspace_host") == 1
+    assert scheduled.count("checkpoint_workspace") == 1
+    store.db.close()

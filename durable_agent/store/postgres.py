@@ -33,7 +33,7 @@ from activities.transcript import (
     TranscriptStore,
     write_file_atomic,
 )
-from durable_agent.engine.messages import ToolResultBlock, TranscriptEntry
+from durable_agent.engine.messages import TranscriptEntry
 from durable_agent.store import redact
 
 CONNECT_SECONDS = 3.0
@@ -250,24 +250,15 @@ class PostgresStore(TranscriptStore):
             row = cur.fetchone()
             return None if row is None else str(row[0])
 
-    def write_overflow(
-        self, session_id: str, chain: list[TranscriptEntry], tool_use_ids: list[str]
-    ) -> None:
-        wanted = set(tool_use_ids)
-        for entry in chain:
-            for block in entry.message.content if entry.message else []:
-                if isinstance(block, ToolResultBlock) and block.tool_use_id in wanted:
-                    key = _SAFE_ID.sub("_", block.tool_use_id)
-                    target = self.overflow_path(session_id, block.tool_use_id)
-                    if target.exists():
-                        continue
-                    with self.db.transaction() as cur:
-                        cur.execute(
-                            "INSERT INTO records (session_id, kind, key, body)"
-                            " VALUES (%s, 'overflow', %s, %s) ON CONFLICT DO NOTHING",
-                            (session_id, key, block.text()),
-                        )
-                    write_file_atomic(target, block.text())
+    def _keep_overflow(self, session_id: str, tool_use_id: str, text: str) -> None:
+        """In the store, for the other machines (`fetch_overflow`), and as the file here."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO records (session_id, kind, key, body)"
+                " VALUES (%s, 'overflow', %s, %s) ON CONFLICT DO NOTHING",
+                (session_id, _SAFE_ID.sub("_", tool_use_id), text),
+            )
+        super()._keep_overflow(session_id, tool_use_id, text)
 
     def fetch_overflow(self, session_id: str) -> None:
         folder = self.overflow_dir(session_id)
