@@ -189,7 +189,7 @@ class CompactionActivities:
             body = {
                 "model": req.request.model,
                 "max_tokens": req.config.compact_max_tokens,
-                "system": system_prompt(req.config, req.workspace),
+                "system": system_prompt(req.config, req.workspace, req.request.model),
                 "messages": with_instruction(messages, summary_prompt(req)),
                 "tools": build_request([], "", req.config.tools, req.request)[0]["tools"],
                 "tool_choice": {"type": "none"},
@@ -234,7 +234,10 @@ class CompactionActivities:
         """An exact figure where it matters: the size the loop continues from."""
         plain = ModelRequest(model=req.request.model, max_tokens=1, prompt_caching=False)
         body, _ = build_request(
-            chain, system_prompt(req.config, req.workspace), req.config.tools, plain
+            chain,
+            system_prompt(req.config, req.workspace, req.request.model),
+            req.config.tools,
+            plain,
         )
         try:
             client = await self.model.client()

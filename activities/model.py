@@ -59,15 +59,12 @@ from durable_agent.engine.errors import (
 from durable_agent.engine.hooks import callbacks_for, hooks_for
 from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, Usage
 from durable_agent.engine.permissions import Behavior, PermissionMode
+from durable_agent.engine.prompt import SYSTEM_PROMPT, environment_block
 from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, ModelCallConfig
 from durable_agent.engine.tool_hooks import TOOL_EVENTS
 from durable_agent.engine.tools import TOOL_SPECS
 from durable_agent.names import Activities, Signals
-
-BASE_SYSTEM_PROMPT = """You are a coding agent working in a local workspace through tools \
-(Read, Write, Edit, Bash, Grep, Glob). Inspect before you change, make focused edits, run the \
-relevant checks, and finish with a short summary of what you did."""
 
 
 @dataclass(frozen=True)
@@ -92,14 +89,16 @@ def default_client(opts: ClientOptions) -> anthropic.AsyncAnthropic:
     )
 
 
-def system_prompt(config: ModelCallConfig, workspace: str) -> str:
-    """Ours (or `--system-prompt`'s, which replaces it), the plan-mode note, then the text of
-    `--append-system-prompt`."""
-    parts = [
-        BASE_SYSTEM_PROMPT,
-        f"Workspace (working directory of every tool): {workspace}\n"
-        f"Platform: {platform.system().lower()}",
-    ]
+def system_prompt(config: ModelCallConfig, workspace: str, model: str = "") -> str:
+    """Ours with the environment block (or `--system-prompt`'s, which replaces both), the
+    plan-mode note, then the text of `--append-system-prompt`."""
+    if config.environment is not None:
+        parts = [SYSTEM_PROMPT, environment_block(config.environment, model)]
+    else:  # a session started before the environment was gathered, or by a test
+        parts = [
+            SYSTEM_PROMPT,
+            f"# Environment\nWorking directory: {workspace}\nPlatform: {platform.system().lower()}",
+        ]
     if config.base_system_prompt is not None:
         parts = [config.base_system_prompt] if config.base_system_prompt else []
     if config.permissions is not None and config.permissions.mode == PermissionMode.PLAN:
@@ -379,7 +378,7 @@ class ModelActivities:
         """Store the new user entry, read the chain, build the request and keep the whole text
         of results it shows cut short: the parent of the answer and the request (blocking)."""
         sid, tools = req.session_id, req.config.tools
-        system = system_prompt(req.config, req.workspace)
+        system = system_prompt(req.config, req.workspace, req.request.model)
         parent, chain = chain_with_pending(self.store, sid, req.parent_uuid, req.new_user)
         request = request_view(
             self.store,

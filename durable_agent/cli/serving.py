@@ -100,6 +100,12 @@ async def prepared(
     the queue)."""
     workspace = workspace_dir(args.workspace)
     config = build_config(args, workspace, controls_for(args, workspace))
+    from durable_agent.environment import gather
+
+    environment = await asyncio.to_thread(gather, Path(config.workspace))
+    config = config.model_copy(
+        update={"call": config.call.model_copy(update={"environment": environment})}
+    )
     if not args.no_worker:
         require_api_key()
     client = await connect(console)

@@ -16,6 +16,7 @@ from durable_agent.engine.permissions import (
     SandboxSpec,
     SessionGrant,
 )
+from durable_agent.engine.prompt import Environment
 from durable_agent.engine.tools import ToolName
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -99,6 +100,9 @@ class ModelCallConfig(BaseModel):
     """Extra system prompt text appended to the built-in one."""
     base_system_prompt: str | None = None
     """Replaces the built-in system prompt (`--system-prompt`; "" sends none)."""
+    environment: Environment | None = None
+    """Where the session was started (directory, git, platform, date), gathered once by the
+    CLI: the system prompt's environment block."""
     tools: tuple[str, ...] = tuple(name.value for name in ToolName)
     """Names of the tools offered to the model."""
     query_source: str = "sdk"

@@ -161,8 +161,12 @@ TOOL_SPECS: dict[str, ToolSpec] = {
     for spec in (
         ToolSpec(
             name=ToolName.READ,
-            description="Read a file from the workspace. Output has line numbers (cat -n style). "
-            "Use offset/limit for large files.",
+            description="Read a text file. Paths are absolute or relative to the workspace. "
+            "Returns up to 2000 lines from `offset` (1-based; default the start), each prefixed "
+            "with its line number and a tab (cat -n style: the prefix is not part of the file); "
+            "lines over 2000 characters are cut. For a large file read the part you need with "
+            "offset/limit, or find it first with Grep. Reading several files at once in "
+            "parallel calls is fine. Binary files are refused; to list a folder use Glob.",
             input_model=ReadInput,
             read_only=True,
             concurrency_safe=True,
@@ -170,7 +174,10 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             name=ToolName.WRITE,
-            description="Write a file in the workspace, replacing it if it exists.",
+            description="Write a whole file, creating it (and its folders) or replacing what is "
+            "there. To change part of an existing file use Edit instead, which keeps the rest "
+            "exactly; read an existing file before you replace it. Do not create documentation "
+            "or helper files the task does not ask for.",
             input_model=WriteInput,
             read_only=False,
             concurrency_safe=False,
@@ -178,8 +185,11 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             name=ToolName.EDIT,
-            description="Replace an exact string in a file. old_string must occur exactly once "
-            "unless replace_all is true.",
+            description="Replace exact text in a file: old_string must occur exactly once "
+            "(include enough surrounding lines to make it unique) unless replace_all is true "
+            "(every occurrence, e.g. renaming a variable). Copy old_string from Read's output "
+            "without the line-number prefix, indentation exact. new_string must differ. Read "
+            "the file first; prefer several small Edits to rewriting the file.",
             input_model=EditInput,
             read_only=False,
             concurrency_safe=False,
@@ -187,8 +197,13 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             name=ToolName.BASH,
-            description="Run a shell command in the workspace directory and return its output "
-            "and exit code.",
+            description="Run a shell command (bash) in the workspace and return its combined "
+            "output and exit code. For tests, builds, git, package managers: not for reading "
+            "or searching files (Read, Grep, Glob do that better). Timeout 2 minutes by "
+            "default (`timeout` in ms, at most 600000). Long output keeps its start and end. "
+            "Non-interactive: pass flags like -y or --no-pager. Chain dependent steps with && "
+            "in one call; independent commands can be parallel calls. A command left running "
+            "in the background (`cmd &`) is ended when the session ends.",
             input_model=BashInput,
             read_only=False,
             concurrency_safe=False,
@@ -196,7 +211,12 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             name=ToolName.GREP,
-            description="Search file contents with a regular expression (ripgrep syntax).",
+            description="Search file contents with a regular expression (ripgrep syntax: "
+            "escape literal braces and dots, e.g. `interface\\{\\}`). output_mode: "
+            "files_with_matches (default: the paths), content (matching lines; -n for line "
+            'numbers, -A/-B/-C for context), count. Narrow it with `glob` (e.g. "*.py") or '
+            "`type` (py, js, ...) and `path`; `head_limit` caps the output. .git is skipped "
+            "(and, with ripgrep, what .gitignore names).",
             input_model=GrepInput,
             read_only=True,
             concurrency_safe=True,
@@ -204,7 +224,9 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             name=ToolName.GLOB,
-            description="Find files by name with a glob pattern; newest first.",
+            description='Find files by name with a glob pattern ("**/*.py", '
+            '"src/**/test_*.ts"); the newest first, at most 100. Use it to locate files '
+            "before reading them; use Grep to search their contents.",
             input_model=GlobInput,
             read_only=True,
             concurrency_safe=True,
