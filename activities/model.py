@@ -101,6 +101,8 @@ def system_prompt(config: ModelCallConfig, workspace: str, model: str = "") -> s
         ]
     if config.base_system_prompt is not None:
         parts = [config.base_system_prompt] if config.base_system_prompt else []
+    if config.memory:  # Claude Code gives it whatever the system prompt (not replaced by it)
+        parts.append(config.memory)
     if config.permissions is not None and config.permissions.mode == PermissionMode.PLAN:
         parts.append(PLAN_MODE_PROMPT)
     if config.system_prompt:

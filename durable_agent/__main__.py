@@ -1,14 +1,15 @@
 """`python -m durable_agent`: the CLI. A Ctrl-C while its modules are still being imported
 ends it at once, quietly, with 130 (nothing has begun); once `main` has imported what the
 command needs, it handles Ctrl-C (`cli._started`).
-(`_signal`, not `signal`: importing `signal` builds its enums, time a Ctrl-C could land in.)"""
+(`_signal`, not `signal`: importing `signal` builds its enums, time a Ctrl-C could land in;
+`posix`, not `os`, for the same reason: `os` may not be imported yet, `posix` is built in.)"""
 
 import _signal
-import os
+import posix
 
 
 def _while_starting(signum: int, frame: object) -> None:
-    os._exit(130)
+    posix._exit(130)
 
 
 _signal.signal(_signal.SIGINT, _while_starting)

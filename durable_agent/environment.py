@@ -6,6 +6,7 @@ cache holds) and the workflow never reads a clock or a file for it."""
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -59,3 +60,18 @@ def gather(workspace: Path) -> Environment:
         today=datetime.date.today().isoformat(),
         git=git_context(workspace),
     )
+
+
+def claude_dir() -> Path:
+    """The user's Claude Code folder: $CLAUDE_CONFIG_DIR, else ~/.claude."""
+    raw = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(raw).expanduser() if raw else Path.home() / ".claude"
+
+
+def memory(workspace: Path, sources: str | None = None) -> str:
+    """The memory files' text for a session in `workspace` (`--setting-sources` chooses the
+    levels: user, project, local; default all)."""
+    from durable_agent.engine.memory import load_memory, memory_text
+
+    wanted = frozenset(s.strip() for s in (sources or "user,project,local").split(",") if s.strip())
+    return memory_text(load_memory(workspace, Path.home(), wanted, claude_dir()))

@@ -95,6 +95,7 @@ def hermetic_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     API key."""
     monkeypatch.setenv("DURABLE_AGENT_SETTINGS", str(tmp_path / "no-settings.json"))
     monkeypatch.setenv("DURABLE_AGENT_MANAGED_SETTINGS", str(tmp_path / "no-managed.json"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "no-claude-dir"))  # no user memory
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)

@@ -92,3 +92,35 @@ def test_system_prompt_replaces_it_all_and_append_adds(dev_env, tmp_path):
     assert "Working directory" in appended and appended.index("And this.") > appended.index(
         "# Environment"
     )
+
+
+def test_memory_is_in_the_first_request_and_each_request_once(dev_env, tmp_path, monkeypatch):
+    from durable_agent.replay import tool_turn
+
+    user_dir = tmp_path / "claude-dir"
+    user_dir.mkdir()
+    (user_dir / "CLAUDE.md").write_text("Always answer in haiku. @extra.md")
+    (user_dir / "extra.md").write_text("Imported rule: be brief.")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(user_dir))
+    ws = git_repo(tmp_path / "ws")
+    (ws / "CLAUDE.md").write_text("Project rule: run pytest.")
+    (ws / "CLAUDE.local.md").write_text("Local rule: my sandbox.")
+    env = cli_env(
+        tmp_path,
+        ANTHROPIC_API_KEY="dummy",
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+    )
+    turns = [tool_turn([("r1", "Read", {"file_path": "app.py"})]), text_turn("ok"), text_turn("2")]
+    with ReplayServer(turns) as server:
+        env["ANTHROPIC_BASE_URL"] = server.base_url
+        proc = durable_agent(["run", "hi", "--workspace", str(ws)], env)
+        assert proc.returncode == 0, proc.stderr
+        only = durable_agent(
+            ["run", "hi", "--workspace", str(ws), "--setting-sources", "project"], env
+        )
+    first, second, third = (json.dumps(r) for r in server.requests)
+    for rule in ("Always answer in haiku", "Imported rule: be brief", "Project rule: run pytest",
+                 "Local rule: my sandbox"):  # fmt: skip
+        assert first.count(rule) == 1 and second.count(rule) == 1, rule
+    assert only.returncode == 0, only.stderr
+    assert "Project rule" in third and "haiku" not in third and "Local rule" not in third

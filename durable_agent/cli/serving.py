@@ -100,11 +100,18 @@ async def prepared(
     the queue)."""
     workspace = workspace_dir(args.workspace)
     config = build_config(args, workspace, controls_for(args, workspace))
-    from durable_agent.environment import gather
+    from durable_agent.environment import gather, memory
 
     environment = await asyncio.to_thread(gather, Path(config.workspace))
+    remembered = await asyncio.to_thread(
+        memory, Path(config.workspace), getattr(args, "setting_sources", None)
+    )
     config = config.model_copy(
-        update={"call": config.call.model_copy(update={"environment": environment})}
+        update={
+            "call": config.call.model_copy(
+                update={"environment": environment, "memory": remembered}
+            )
+        }
     )
     if not args.no_worker:
         require_api_key()

@@ -103,6 +103,8 @@ class ModelCallConfig(BaseModel):
     environment: Environment | None = None
     """Where the session was started (directory, git, platform, date), gathered once by the
     CLI: the system prompt's environment block."""
+    memory: str = ""
+    """The CLAUDE.md memory files (engine/memory.py) as read where the session was started."""
     tools: tuple[str, ...] = tuple(name.value for name in ToolName)
     """Names of the tools offered to the model."""
     query_source: str = "sdk"
