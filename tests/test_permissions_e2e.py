@@ -321,22 +321,25 @@ def test_a_link_swapped_back_and_forth_during_the_reads_never_returns_the_secret
         (ws / folder).mkdir()
         (ws / folder / "a.txt").write_text(text)
     (ws / "plain").rename(ws / "docs")
-    stop = tmp_path / "stop"
     calls = [(f"r{i}", "Read", {"file_path": "docs/a.txt"}) for i in range(40)]
-    swapper = subprocess.Popen(
-        [sys.executable, "-c", SWAPPER, str(ws), str(stop)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        result, server, _ = run(dev_env, tmp_path, ws, [tool_turn(calls), text_turn("Done.")])
-    finally:
-        stop.touch()
-        flips = int(swapper.communicate(timeout=30)[0] or 0)
-    assert result["terminal"] == "completed", result
-    assert flips > 100, flips  # it did swap while the reads ran
-    assert SECRET not in json.dumps(server.requests)
-    sent = results_sent(server, 1)
-    assert len(sent) == len(calls)
-    plain = [b for b in sent.values() if "nothing to see" in text_of(b)]
-    refused = [b for b in sent.values() if b.get("is_error")]
-    assert len(plain) + len(refused) == len(calls), sent
+    for attempt in range(3):  # on a loaded machine every read may land on the link: again
+        stop = tmp_path / f"stop{attempt}"
+        swapper = subprocess.Popen(
+            [sys.executable, "-c", SWAPPER, str(ws), str(stop)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            result, server, _ = run(dev_env, tmp_path, ws, [tool_turn(calls), text_turn("Done.")])
+        finally:
+            stop.touch()
+            flips = int(swapper.communicate(timeout=30)[0] or 0)
+        assert result["terminal"] == "completed", result
+        assert flips > 100, flips  # it did swap while the reads ran
+        assert SECRET not in json.dumps(server.requests)
+        sent = results_sent(server, 1)
+        assert len(sent) == len(calls)
+        plain = [b for b in sent.values() if "nothing to see" in text_of(b)]
+        refused = [b for b in sent.values() if b.get("is_error")]
+        assert len(plain) + len(refused) == len(calls), sent
+        if plain:
+            break
     assert plain, "no read got through: the test saw nothing"
