@@ -174,16 +174,14 @@ class HookRuns:
         return result
 
     async def _run_hooks(self, req: HookEventInput, summary: str) -> HookEventResult:
-        hosting = self._hosting
-        if hosting is None or not hosting.enabled:
+        if self._hosting is None:
             return await steps.run_hooks(req, summary)
 
-        def on(queue: str, checkpoint_id: str) -> Awaitable[HookEventResult]:
-            hosted = req.model_copy(update={"hosted": checkpoint_id})
-            return steps.run_hooks(hosted, summary, queue)
+        def step(req: HookEventInput, queue: str | None) -> Awaitable[HookEventResult]:
+            return steps.run_hooks(req, summary, queue)
 
-        hosting.dirty = True  # a hook may change files as a tool may
-        return await hosting.on_host(on)
+        # a hook may change files as a tool may
+        return await self._hosting.run(req, step, changes=True)
 
     async def _sdk_hooks(
         self,

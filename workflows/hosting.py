@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, TimeoutError, TimeoutType
@@ -30,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import HOST_START_TIMEOUT
 
 T = TypeVar("T")
+R = TypeVar("R", bound=BaseModel)
 
 
 CLAIM_TIMEOUT = timedelta(minutes=10)
@@ -103,19 +105,32 @@ class Hosting:
 
     async def on_host(self, step: Callable[[str, str], Awaitable[T]]) -> T:
         """`step(host_queue, checkpoint_id)` on the host, again on a new host each time the
-        host is lost."""
+        host is lost (MAX_HOST_LOSSES times at most)."""
         assert self.workspace is not None
-        for _ in range(MAX_HOST_LOSSES):
+        for losses in range(MAX_HOST_LOSSES + 1):
             queue = await self.queue()
             try:
                 return await step(queue, self.workspace.checkpoint_id)
             except ActivityError as exc:
-                if not host_lost(exc):
+                if not host_lost(exc) or losses == MAX_HOST_LOSSES:
                     raise
                 workflow.logger.warning("workspace host %s lost; claiming another", queue)
                 self.lost(queue)
-        queue = await self.queue()
-        return await step(queue, self.workspace.checkpoint_id)
+        raise AssertionError("unreachable")
+
+    async def run(self, req: R, step: Callable[[R, str | None], Awaitable[T]], changes: bool) -> T:
+        """`step(req, None)` where it is (no travelling workspace), else `step` with the
+        request naming the checkpoint (`hosted`) on the host's queue; `changes`: it may change
+        files (the batch is checkpointed after)."""
+        if self.workspace is None:
+            return await step(req, None)
+        if changes:
+            self.dirty = True
+
+        def hosted(queue: str, checkpoint_id: str) -> Awaitable[T]:
+            return step(req.model_copy(update={"hosted": checkpoint_id}), queue)
+
+        return await self.on_host(hosted)
 
     async def checkpoint(self) -> None:
         """Record the host's files as the session's new checkpoint, when a tool may have

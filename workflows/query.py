@@ -417,16 +417,11 @@ class QueryWorkflow:
     async def _run_tool(self, req: RunToolInput, call: ToolCall) -> RunToolOutput:
         """The run_tool step: in place, or on the host of the travelling workspace."""
         cfg = self._ctx.cfg
-        if not self._hosting.enabled:
-            return await steps.run_tool(req, cfg, call.summary, call.read_only)
-        if not call.read_only:
-            self._hosting.dirty = True
 
-        def on(queue: str, checkpoint_id: str) -> Awaitable[RunToolOutput]:
-            hosted = req.model_copy(update={"hosted": checkpoint_id})
-            return steps.run_tool(hosted, cfg, call.summary, call.read_only, queue)
+        def step(req: RunToolInput, queue: str | None) -> Awaitable[RunToolOutput]:
+            return steps.run_tool(req, cfg, call.summary, call.read_only, queue)
 
-        return await self._hosting.on_host(on)
+        return await self._hosting.run(req, step, changes=not call.read_only)
 
     def _discard_executors(self) -> None:
         for executor in self._executors.values():

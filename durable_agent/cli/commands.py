@@ -533,14 +533,9 @@ def _age(delta: Any) -> str:
 async def cmd_export(args: argparse.Namespace) -> int:
     """The files a session's model left (its travelling workspace's last checkpoint) into DIR;
     a file of DIR that differs is left as it is and named."""
-    from durable_agent.cli.travel import export
-    from durable_agent.store import open_store
+    from durable_agent.cli.travel import export, require_shared_store
 
-    if not open_store().shared:
-        raise CliError(
-            "export reads a session's files from the shared store, and none is set",
-            "set DURABLE_AGENT_STORE=postgresql://… as for the workers that ran it",
-        )
+    require_shared_store("export", "reads a session's files")
     console = Console()
     client = await connect(console, start_server=False)
     handle = client.get_workflow_handle(args.session_id, result_type=SessionStatus)

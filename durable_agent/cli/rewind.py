@@ -18,6 +18,7 @@ from durable_agent.cli.connect import connect
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.sessions import query_workflow_id
+from durable_agent.cli.travel import require_shared_store
 from durable_agent.engine.contracts import QueryInput
 from durable_agent.store import open_store
 
@@ -65,11 +66,7 @@ def restore(checkpoint_id: str, local: Path) -> str:
 
 
 async def cmd_rewind(args: argparse.Namespace) -> int:
-    if not open_store().shared:
-        raise CliError(
-            "rewind restores files from a shared store's checkpoints, and none is set",
-            "set DURABLE_AGENT_STORE=postgresql://… as for the workers that ran the session",
-        )
+    require_shared_store("rewind", "restores files from the checkpoints")
     console = Console()
     client = await connect(console, start_server=False)
     checkpoint = await prompt_checkpoint(client, args.session_id, args.to)

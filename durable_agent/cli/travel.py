@@ -16,6 +16,15 @@ from durable_agent.engine.state import HostedWorkspace
 from durable_agent.store import open_store
 
 
+def require_shared_store(command: str, reads: str) -> None:
+    """A one-line error when a command that reads the shared store runs without one."""
+    if not open_store().shared:
+        raise CliError(
+            f"{command} {reads} from a shared store, and none is set",
+            "set DURABLE_AGENT_STORE=postgresql://… as for the workers that ran the session",
+        )
+
+
 @dataclass
 class Travel:
     """What this CLI uploaded or last wrote back: the base of its next write-back."""
