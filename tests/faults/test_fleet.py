@@ -132,7 +132,10 @@ async def test_a_fleet_survives_the_loss_of_a_host(dev_env, tmp_path, pg_url):
         }
         # No side-effecting tool ran twice: one marker per Bash call.
         lines = (marks / f"{n}.log").read_text().splitlines()
-        assert Counter(line.split()[1] for line in lines) == {"b1": 1, "b2": 1}, lines
+        ran = Counter(line.split()[1] for line in lines)
+        assert all(n == 1 for n in ran.values()), lines
+        for tool in {"b1", "b2"} - set(ran):  # started on the lost host before its shell ran
+            assert "may have run" in str(results_by_id[tool]["content"]), lines
         # What the Read after the (possible) loss saw is the checkpoint's file, and the
         # submitter's workspace ends with the files the model left.
         read = results_by_id["r1"]["content"]
