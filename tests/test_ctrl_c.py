@@ -32,7 +32,7 @@ def ctrl_c(env: dict[str, str], ws: Path, when: Any) -> subprocess.CompletedProc
 
 
 def clean(proc: subprocess.CompletedProcess[str]) -> None:
-    assert proc.returncode in (0, 130), proc
+    assert proc.returncode in (0, 130), f"exit {proc.returncode}, stderr:\n{proc.stderr}"
     for word in ("Traceback", "Error", "exception"):
         assert word not in proc.stderr, proc.stderr
 
