@@ -256,8 +256,11 @@ def _start(home: Path, startup_timeout: float) -> tuple[DevServerInfo, bool]:
         if exited or time.monotonic() > deadline:
             if not exited:
                 proc.kill()
-            elif port_open("127.0.0.1", port):  # it could not bind: another server has it
-                raise _PortTaken(f"port {port} was taken by another server as this one started")
+            elif port_open("127.0.0.1", port) or port_open("127.0.0.1", ui_port):
+                # it could not bind one of its ports: another server took it meanwhile
+                raise _PortTaken(
+                    f"port {port} or {ui_port} was taken by another server as this one started"
+                )
             raise _not_started(home, log_path)
         time.sleep(0.1)
     info = DevServerInfo(
