@@ -41,7 +41,13 @@ from durable_agent.engine.messages import (
     TextBlock,
     TranscriptEntry,
 )
-from durable_agent.engine.request import ModelRequest, build_request, request_messages
+from durable_agent.engine.request import (
+    ModelRequest,
+    api_tools,
+    build_request,
+    request_messages,
+)
+from durable_agent.engine.web_search import server_tools
 from durable_agent.names import Activities
 
 SUMMARY_PROMPT = """The conversation above is about to be replaced by a summary, {why}. \
@@ -191,7 +197,8 @@ class CompactionActivities:
                 "max_tokens": req.config.compact_max_tokens,
                 "system": system_prompt(req.config, req.workspace, req.request.model),
                 "messages": with_instruction(messages, summary_prompt(req)),
-                "tools": build_request([], "", req.config.tools, req.request)[0]["tools"],
+                "tools": api_tools(req.config.tools, req.config.skills)
+                + server_tools(req.config.web_search, req.config.permissions),
                 "tool_choice": {"type": "none"},
             }
             if not body["system"]:  # `--system-prompt ""`: the API takes no empty system
@@ -238,6 +245,8 @@ class CompactionActivities:
             system_prompt(req.config, req.workspace, req.request.model),
             req.config.tools,
             plain,
+            skills=req.config.skills,
+            server_tools=server_tools(req.config.web_search, req.config.permissions),
         )
         try:
             client = await self.model.client()

@@ -7,6 +7,7 @@ the engine and raised as an ApplicationError carrying the decision (type, non_re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import platform
 import random
@@ -19,6 +20,7 @@ from typing import Any, get_args
 import anthropic
 import httpx2
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
@@ -57,13 +59,20 @@ from durable_agent.engine.errors import (
     classify,
 )
 from durable_agent.engine.hooks import callbacks_for, hooks_for
-from durable_agent.engine.messages import ContentBlock, Message, ToolUseBlock, Usage
+from durable_agent.engine.messages import (
+    ContentBlock,
+    Message,
+    ServerToolUsage,
+    ToolUseBlock,
+    Usage,
+)
 from durable_agent.engine.permissions import Behavior, PermissionMode
 from durable_agent.engine.prompt import SYSTEM_PROMPT, environment_block
 from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, ModelCallConfig
 from durable_agent.engine.tool_hooks import TOOL_EVENTS
-from durable_agent.engine.tools import TOOL_SPECS
+from durable_agent.engine.tools import TOOL_SPECS, TodoWriteInput, ToolName
+from durable_agent.engine.web_search import server_tools
 from durable_agent.names import Activities, Signals
 
 
@@ -380,13 +389,16 @@ class ModelActivities:
         """Store the new user entry, read the chain, build the request and keep the whole text
         of results it shows cut short: the parent of the answer and the request (blocking)."""
         sid, tools = req.session_id, req.config.tools
+        servers = server_tools(req.config.web_search, req.config.permissions)
         system = system_prompt(req.config, req.workspace, req.request.model)
         parent, chain = chain_with_pending(self.store, sid, req.parent_uuid, req.new_user)
         request = request_view(
             self.store,
             sid,
             chain,
-            lambda paths: build_request(chain, system, tools, req.request, paths),
+            lambda paths: build_request(
+                chain, system, tools, req.request, paths, req.config.skills, servers
+            ),
         )
         return parent, request
 
@@ -449,16 +461,25 @@ class ModelActivities:
                 "the API sent content blocks of unknown types %s; they are left out", unknown
             )
             span.add_event("unknown_content_blocks", {"types": unknown})
+        server_use = final.usage.server_tool_use
         usage = Usage(
             input_tokens=final.usage.input_tokens,
             output_tokens=final.usage.output_tokens,
             cache_creation_input_tokens=final.usage.cache_creation_input_tokens or 0,
             cache_read_input_tokens=final.usage.cache_read_input_tokens or 0,
+            server_tool_use=ServerToolUsage(
+                web_search_requests=(server_use.web_search_requests or 0) if server_use else 0
+            ),
         )
         message = Message.model_validate(
             {
                 "role": "assistant",
-                "content": [b.model_dump() for b in final.content if b.type in KNOWN_BLOCK_TYPES],
+                # As the API sent them, without the defaults the SDK's models add.
+                "content": [
+                    b.model_dump(exclude_unset=True)
+                    for b in final.content
+                    if b.type in KNOWN_BLOCK_TYPES
+                ],
                 "id": final.id,
                 "model": final.model or req.request.model,
                 "stop_reason": final.stop_reason,
@@ -727,6 +748,10 @@ def _tool_call(tool_id: str, name: str, raw: dict[str, Any], req: CallModelInput
             id=tool_id, name=name, concurrency_safe=False, read_only=False, summary=name,
             permission=decision, permission_input=permission_input,
         )  # fmt: skip
+    todos = None
+    if name == ToolName.TODO_WRITE:
+        with contextlib.suppress(ValidationError):  # invalid: the tool says why, no list kept
+            todos = TodoWriteInput.model_validate(raw).todos
     return ToolCall(
         id=tool_id,
         name=name,
@@ -735,4 +760,5 @@ def _tool_call(tool_id: str, name: str, raw: dict[str, Any], req: CallModelInput
         summary=spec.summary(raw),
         permission=decision,
         permission_input=permission_input,
+        todos=todos,
     )

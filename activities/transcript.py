@@ -466,6 +466,10 @@ def user_message(store: TranscriptStore, session_id: str, pending: PendingUser) 
         content.append(block)
     if pending.prompt is not None:
         content.append(TextBlock(text=pending.prompt))
+    content.extend(TextBlock(text=prompt) for prompt in pending.prompts)
+    content.extend(
+        TextBlock(text=f"<system-reminder>\n{text}\n</system-reminder>") for text in pending.context
+    )
     return Message(role="user", content=content)
 
 

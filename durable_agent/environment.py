@@ -73,5 +73,10 @@ def memory(workspace: Path, sources: str | None = None) -> str:
     levels: user, project, local; default all)."""
     from durable_agent.engine.memory import load_memory, memory_text
 
-    wanted = frozenset(s.strip() for s in (sources or "user,project,local").split(",") if s.strip())
+    wanted = setting_sources(sources)
     return memory_text(load_memory(workspace, Path.home(), wanted, claude_dir()))
+
+
+def setting_sources(raw: str | None) -> frozenset[str]:
+    """`--setting-sources` (user, project, local; default all) as a set."""
+    return frozenset(s.strip() for s in (raw or "user,project,local").split(",") if s.strip())

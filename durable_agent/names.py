@@ -27,6 +27,8 @@ class Activities:
     END_SESSION_PROCESSES: Final = "end_session_processes"
     CLAIM_HOST: Final = "claim_workspace_host"
     CHECKPOINT_WORKSPACE: Final = "checkpoint_workspace"
+    BETWEEN_TURNS: Final = "between_turns"
+    SUMMARIZE_TOOLS: Final = "summarize_tools"
 
 
 class Signals:
@@ -35,6 +37,8 @@ class Signals:
     CLOSE: Final = "close"
     TOOL_USE_READY: Final = "tool_use_ready"
     MODEL_RETRY: Final = "model_retry"
+    MID_TURN_PROMPTS: Final = "mid_turn_prompts"
+    """QueryWorkflow: prompts the session received while it runs."""
 
 
 class Queries:

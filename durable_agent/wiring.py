@@ -20,9 +20,11 @@ from activities.compaction import CompactionActivities
 from activities.heartbeat import HEARTBEAT_INTERVAL_SECONDS
 from activities.hooks import HookActivities
 from activities.model import ClientFactory, ModelActivities, default_client
+from activities.summaries import SummaryActivities
 from activities.tools import ToolActivities
 from activities.tools.environment import protect_worker_process
 from activities.transcript import StoreActivities, TranscriptStore
+from activities.turns import TurnActivities
 from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue_of
 from durable_agent import telemetry
 from durable_agent.paths import state_home
@@ -54,7 +56,7 @@ def build_worker(
     hosts = None
     if store.shared:
         hosts = WorkspaceHosts(store, host_queue_of(task_queue))
-    tools = ToolActivities(store, hosts)
+    tools = ToolActivities(store, hosts, model.client)  # WebFetch asks the model's client
     stores = StoreActivities(store)
     hooks = HookActivities(store.local_transcript, store.hook_records, store.get_tool_result, hosts)
     place: list[Callable[..., Any]] = [
@@ -62,6 +64,7 @@ def build_worker(
         tools.end_session_processes,
         hooks.run_stop_hooks,
         hooks.run_hooks,
+        TurnActivities(store, hosts).between_turns,
     ]
     claim: list[Callable[..., Any]] = [WorkspaceActivities(hosts).claim_host] if hosts else []
     main = _worker(
@@ -73,6 +76,7 @@ def build_worker(
             compaction.plan_collapse,
             stores.append_entry,
             stores.transcript_location,
+            SummaryActivities(store, model.client).summarize_tools,
             *place,
             *claim,
         ],

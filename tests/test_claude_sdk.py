@@ -30,6 +30,7 @@ from claude_agent_sdk import (
 )
 
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from tests.helpers import record_histories
 from tests.test_cli import ROOT, cli_env
 from tests.test_compaction import Script
 
@@ -321,3 +322,34 @@ async def test_rewind_files_puts_the_files_back_as_before_a_prompt(
     assert isinstance(third[-1], ResultMessage) and third[-1].result == "Listed."
     listing = server.requests[5]["messages"][-1]["content"][0]["content"]
     assert "new.txt" not in listing and "notes.txt" in listing
+
+
+async def test_a_prompt_sent_while_tools_run_reaches_the_model_with_their_results(
+    dev_env, tmp_path, cli_path, unknown_lines
+):
+    """Claude Code's queued message: sent while the first prompt's Bash runs, it is not left
+    waiting for the first to end but goes to the model after the tool's result, in the same
+    user entry; both prompts get the one answer, the second's result costing nothing more."""
+    marker = tmp_path / "started"
+    slow = tool_turn([("b1", "Bash", {"command": f"touch {marker} && sleep 4 && echo slept"})])
+    with ReplayServer([slow, text_turn("Slept, and noted the colour.")]) as server:
+        opts = options(dev_env, tmp_path, cli_path, server, allowed_tools=["Bash"])
+        async with ClaudeSDKClient(opts) as client:
+            await client.query("sleep a while")
+            for _ in range(600):  # until the command runs
+                if marker.exists():
+                    break
+                await asyncio.sleep(0.05)
+            assert marker.exists()
+            await client.query("also: my colour is green")
+            first = [m async for m in client.receive_response()]
+            second = [m async for m in client.receive_response()]
+    assert len(server.requests) == 2  # the second prompt took no model call of its own
+    sent = server.requests[1]["messages"][-1]["content"]
+    assert sent[0]["type"] == "tool_result" and "slept" in str(sent[0]["content"])
+    assert sent[-1]["type"] == "text" and sent[-1]["text"] == "also: my colour is green"
+    done, again = first[-1], second[-1]
+    assert isinstance(done, ResultMessage) and done.result == "Slept, and noted the colour."
+    assert isinstance(again, ResultMessage) and again.result == done.result
+    assert again.session_id == done.session_id and again.num_turns == 0
+    await record_histories(dev_env.client, done.session_id)

@@ -22,6 +22,9 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         DURABLE_AGENT_HOME=str(tmp_path / "home"),
         DURABLE_AGENT_TASK_QUEUE=f"cli-{uuid.uuid4()}",
         DURABLE_AGENT_WARM_WORKER="0",  # no worker left behind (tests/test_warm_worker.py)
+        # The cassettes script the loop's own calls; chat's tool summaries (a small-model call
+        # beside each) are tested in tests/test_tool_summaries.py.
+        DURABLE_AGENT_TOOL_SUMMARIES="0",
         # This machine's own Claude Code settings must not decide what a test's tools may do.
         DURABLE_AGENT_SETTINGS=str(tmp_path / "no-user-settings.json"),
         DURABLE_AGENT_MANAGED_SETTINGS=str(tmp_path / "no-managed-settings.json"),

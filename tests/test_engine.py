@@ -167,7 +167,9 @@ def test_a_flat_config_from_an_old_history_validates_to_the_same_values():
     added: dict[str, object] = {"permissions": None, "tool_hooks": None, "sandbox": None}
     added.update(settings=None, approvals=False, base_system_prompt=None, stream_events=False)
     added["max_budget_usd"] = None
-    added.update(environment=None, memory="")
+    added["web_search"] = {"allowed_domains": [], "blocked_domains": [], "max_uses": 8}  # on
+    added.update(environment=None, memory="", attachments=None, skills=[])
+    added["tool_summaries"] = False
     assert _leaves(cfg) == {**expected, "eager_tools": "none", **added}
     assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "none"
     assert QueryConfig(eager_tools="all").call.eager_tools == "all"

@@ -145,7 +145,8 @@ async def test_call_model_activity_stores_entries_and_classifies_errors(store, t
     sent = server.requests[0]
     assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
     assert sent["model"] == "m" and sent["max_tokens"] == 100
-    assert {t["name"] for t in sent["tools"]} == {"Read", "Write", "Edit", "Bash", "Grep", "Glob"}
+    names = {t["name"] for t in sent["tools"]}
+    assert names >= {"Read", "Write", "Edit", "Bash", "Grep", "Glob", "web_search"}
     overloaded, auth = errors
     assert overloaded.type == "Overloaded" and not overloaded.non_retryable  # type: ignore[attr-defined]
     assert overloaded.next_retry_delay.total_seconds() == 3  # type: ignore[attr-defined]

@@ -13,6 +13,8 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
         AppendEntryInput,
         AppendEntryOutput,
+        BetweenTurnsInput,
+        BetweenTurnsOutput,
         CallModelInput,
         CallModelOutput,
         CompactInput,
@@ -25,6 +27,8 @@ with workflow.unsafe.imports_passed_through():
         RunToolOutput,
         StopHooksInput,
         StopHooksOutput,
+        SummaryInput,
+        SummaryOutput,
     )
     from durable_agent.engine.errors import (
         MAX_DELAY_SECONDS,
@@ -114,6 +118,37 @@ def run_tool(
         heartbeat_timeout=timedelta(seconds=cfg.activity.tool_heartbeat_seconds),
         retry_policy=READ_ONLY_TOOL_RETRY if read_only else SIDE_EFFECT_TOOL_RETRY,
         summary=summary,
+    )
+
+
+BETWEEN_TURNS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+
+
+def between_turns(
+    req: BetweenTurnsInput, host_queue: str | None = None
+) -> Awaitable[BetweenTurnsOutput]:
+    """A quick look at the workspace (stat calls, a few small files): where the tools run."""
+    return workflow.execute_activity(
+        Activities.BETWEEN_TURNS,
+        req,
+        task_queue=host_queue,
+        schedule_to_start_timeout=_start_timeout(host_queue),
+        result_type=BetweenTurnsOutput,
+        start_to_close_timeout=timedelta(seconds=60),
+        retry_policy=BETWEEN_TURNS_RETRY,
+        summary="look at the files between turns",
+    )
+
+
+def summarize_tools(req: SummaryInput) -> Awaitable[SummaryOutput]:
+    """A small-model call of a few seconds; a failure only costs the summary line."""
+    return workflow.execute_activity(
+        Activities.SUMMARIZE_TOOLS,
+        req,
+        result_type=SummaryOutput,
+        start_to_close_timeout=timedelta(seconds=60),
+        retry_policy=RetryPolicy(maximum_attempts=2),
+        summary="sum up the tool batch",
     )
 
 

@@ -7,6 +7,7 @@ answer (`streaming_tools`). The workflow's signals, updates and queries stay her
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Any, assert_never
 
@@ -20,14 +21,18 @@ with workflow.unsafe.imports_passed_through():
         AppendEntryInput,
         ApprovalAnswer,
         ApprovalRequest,
+        BetweenTurnsInput,
+        BetweenTurnsOutput,
         CallModelInput,
         HookCallbackAnswer,
         HookCallbackRequest,
+        MidTurnPrompts,
         PlanCollapseInput,
         QueryInput,
         RetryNotice,
         RunToolInput,
         RunToolOutput,
+        SummaryInput,
         ToolCall,
         ToolReady,
     )
@@ -47,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         ProgressEvent,
         ProgressKind,
         QueryResult,
+        SeenFiles,
         State,
         Terminal,
         ToolResultRef,
@@ -64,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         StopHooks,
         decide,
     )
+    from durable_agent.engine.todos import todo_text
     from durable_agent.engine.tool_hooks import (
         POST_TOOL_USE,
         POST_TOOL_USE_FAILURE,
@@ -98,6 +105,8 @@ __all__ = [
     "QueryWorkflow",
 ]
 
+FILE_TOOL_NAMES = frozenset({"Read", "Write", "Edit", "NotebookEdit"})
+"""The tools whose files the loop watches between turns (activities/turns.py)."""
 READ_ONLY_TOOLS_IN_STEP_PATCH = "read-only-tools-in-step-v1"
 """Read, Grep and Glob run inside the model-call step: a turn that only reads costs one
 activity, not two and a signal. Histories from before ran them as run_tool activities."""
@@ -141,6 +150,8 @@ class QueryWorkflow:
                 context_tokens=inp.context_tokens,
                 session_grants=tuple(inp.session_grants),
                 turn_count=0,
+                seen=inp.seen or SeenFiles(),
+                todos=tuple(inp.todos),
             )
         else:
             state = State(
@@ -150,6 +161,8 @@ class QueryWorkflow:
                 ),
                 context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
                 session_grants=tuple(inp.session_grants),
+                seen=inp.seen or SeenFiles(),
+                todos=tuple(inp.todos),
             )
         self._ctx = LoopContext(inp, state)
         self._call_id: str | None = None
@@ -158,14 +171,19 @@ class QueryWorkflow:
         self._hooks = HookRuns(self._ctx, self._hosting)
         self._approvals = Approvals(self._ctx, self._hooks)
         self._compaction = Compaction(self._ctx, self._hooks)
+        self._summaries: list[str] = []
+        self._summarizing: list[asyncio.Future[None]] = []
 
     @workflow.run
     async def run(self, inp: QueryInput) -> QueryResult:
+        if inp.answered is not None:  # it reached the model during the prompt before
+            return inp.answered
         budget = token_budget(self._ctx.cfg, inp.prompt)
         if inp.state is None and inp.compact:
             await self._compaction.manual(inp.prompt)
         elif inp.state is None:
             await self._hooks.prompt_hooks(inp.prompt)
+            await self._changed_files()
         while True:
             step: Step = decide(self._ctx.state, self._ctx.cfg, self._facts(budget))
             self._ctx.state = step.state
@@ -228,6 +246,15 @@ class QueryWorkflow:
                 old.discard()  # a new attempt: the blocks of earlier ones are void
             executor = self._executors[ready.attempt] = self._executor(ready.call_id)
         executor.add_tool(ready.call)
+
+    @workflow.signal(name=Signals.MID_TURN_PROMPTS)
+    def mid_turn_prompts(self, sent: MidTurnPrompts) -> None:
+        """Prompts the session received while this one runs: the model gets them after the
+        next batch's tool results; those it never gets stay the session's to run after."""
+        more = tuple((p.id, p.prompt) for p in sent.prompts)
+        self._ctx.state = self._ctx.state.model_copy(
+            update={"mid_turn": (*self._ctx.state.mid_turn, *more)}
+        )
 
     @workflow.signal(name=Signals.MODEL_RETRY)
     def model_retry(self, notice: RetryNotice) -> None:
@@ -316,9 +343,14 @@ class QueryWorkflow:
             self._discard_executors()
             self._ctx.state = self._ctx.state.failed(model_error(exc, cfg), error_type(exc) or "")
             return
+        if state.pending is not None and state.pending.prompt_ids and out.withheld is None:
+            # The prompts sent meanwhile reached the model: this prompt's result answers them.
+            absorbed = (*self._ctx.state.absorbed, *state.pending.prompt_ids)
+            self._ctx.state = self._ctx.state.model_copy(update={"absorbed": absorbed})
         self._ctx.state = after_model_response(self._ctx.state, out, cfg, str(workflow.uuid4()))
         if self._ctx.state.phase != Phase.TOOLS:
             self._discard_executors()
+        self._show_summaries()  # the last batch's, written while this call ran
         if out.text and self._ctx.state.phase != Phase.RECOVER:
             self._ctx.emit(ProgressKind.TEXT, out.text)
 
@@ -367,9 +399,116 @@ class QueryWorkflow:
             lines.append(HOST_LOST_FEEDBACK)
         feedback = feedback_text(lines)
         stop = next((said.stop for _, said in notes if said.stop is not None), None)
+        ran = [call for call, said in notes if said.denial is None]
+        self._keep_todos(ran)
+        context = await self._between_turns(ran)
+        mid_turn = self._ctx.state.mid_turn if stop is None else ()
+        if mid_turn:
+            self._ctx.state = self._ctx.state.model_copy(update={"mid_turn": ()})
+            self._ctx.emit(
+                ProgressKind.STATUS,
+                f"{len(mid_turn)} prompt(s) sent meanwhile go to the model with the results",
+            )
         self._ctx.state = tools_done(
-            self._ctx.state, refs, chars, self._ctx.cfg, str(workflow.uuid4()), feedback, stop
+            self._ctx.state, refs, chars, self._ctx.cfg, str(workflow.uuid4()), feedback, stop,
+            context, mid_turn,
+        )  # fmt: skip
+        self._summarize(refs)
+
+    def _summarize(self, refs: list[ToolResultRef]) -> None:
+        """Start the batch's one-line summary beside the next model call; it is shown at the
+        next iteration (`_show_summaries`), or not at all when it fails."""
+        if not self._ctx.cfg.tool_summaries or not refs or self._ctx.state.head_uuid is None:
+            return
+        req = SummaryInput(
+            session_id=self._ctx.inp.session_id,
+            assistant_uuid=self._ctx.state.head_uuid,
+            results=refs,
         )
+
+        async def summarize() -> None:
+            try:
+                out = await steps.summarize_tools(req)
+            except ActivityError as exc:
+                workflow.logger.info("no summary of the tool batch: %s", exc)
+                return
+            if out.summary:
+                self._summaries.append(out.summary)
+
+        self._summarizing.append(asyncio.ensure_future(summarize()))
+
+    def _show_summaries(self, wait: bool = False) -> None:
+        """The summaries that are ready, as progress lines (the ones still running are dropped
+        when `wait`: the prompt is ending)."""
+        for line in self._summaries:
+            self._ctx.emit(ProgressKind.STATUS, f"summary: {line}")
+        self._summaries = []
+        running = [task for task in self._summarizing if not task.done()]
+        if wait:
+            for task in running:
+                task.cancel()
+            running = []
+        self._summarizing = running
+
+    def _keep_todos(self, ran: list[ToolCall]) -> None:
+        """The list of the batch's last TodoWrite that ran becomes the session's, and is shown."""
+        lists = [call.todos for call in ran if call.todos is not None]
+        if lists:
+            self._ctx.state = self._ctx.state.model_copy(update={"todos": tuple(lists[-1])})
+            self._ctx.emit(ProgressKind.STATUS, todo_text(lists[-1]))
+
+    async def _between_turns(self, ran: list[ToolCall]) -> list[str]:
+        """After a batch that read or wrote files: their stamps, and the CLAUDE.md of a folder
+        below the workspace first read from (engine/state.py `Attachments`)."""
+        wanted = self._ctx.cfg.attachments
+        files = [call.id for call in ran if call.name in FILE_TOOL_NAMES]
+        if wanted is None or not files:
+            return []
+        out = await self._look(
+            tool_use_ids=files,
+            assistant_uuid=self._ctx.state.head_uuid,
+            nested_memory=wanted.nested_memory,
+        )
+        return out.context if out is not None else []
+
+    async def _changed_files(self) -> None:
+        """As a prompt starts: a note for each file read or written before that changed since
+        (the user edited it between prompts), after the prompt."""
+        wanted = self._ctx.cfg.attachments
+        pending = self._ctx.state.pending
+        if wanted is None or not wanted.changed_files or pending is None:
+            return
+        if not self._ctx.state.seen.stamps or self._ctx.state.ending is not None:
+            return
+        out = await self._look(check_changes=True)
+        if out is None or not out.context:
+            return
+        state = self._ctx.state
+        added = sum(estimate_text_tokens(text) for text in out.context)
+        if state.pending is not None:
+            pending = state.pending.model_copy(
+                update={"context": [*state.pending.context, *out.context]}
+            )
+            self._ctx.state = state.model_copy(
+                update={"pending": pending, "context_tokens": state.context_tokens + added}
+            )
+
+    async def _look(self, **what: Any) -> BetweenTurnsOutput | None:
+        """The between_turns step where the tools run; its failure costs only the context it
+        would have added (the prompt goes on)."""
+        req = BetweenTurnsInput(
+            session_id=self._ctx.inp.session_id,
+            workspace=self._ctx.cfg.workspace,
+            seen=self._ctx.state.seen,
+            **what,
+        )
+        try:
+            out = await self._hosting.run(req, steps.between_turns, changes=False)
+        except ActivityError as exc:
+            workflow.logger.warning("could not look at the files between turns: %s", exc)
+            return None
+        self._ctx.state = self._ctx.state.model_copy(update={"seen": out.seen})
+        return out
 
     def _executor(self, assistant_uuid: str) -> StreamingToolExecutor:
         cfg, hooks = self._ctx.cfg, self._hooks
@@ -455,7 +594,16 @@ class QueryWorkflow:
 
     async def _finish(self, step: Finish) -> QueryResult:
         """Store the pending user entry (so the transcript stays valid), then return."""
+        self._show_summaries(wait=True)
         pending = self._ctx.state.pending
+        if pending is not None and pending.prompt_ids:
+            # The prompt ends before the model saw the prompts sent meanwhile: they stay the
+            # session's, to run after it (not stored here, or they would be in it twice).
+            back = tuple(zip(pending.prompt_ids, pending.prompts, strict=True))
+            pending = pending.model_copy(update={"prompts": [], "prompt_ids": []})
+            self._ctx.state = self._ctx.state.model_copy(
+                update={"pending": pending, "mid_turn": (*back, *self._ctx.state.mid_turn)}
+            )
         if pending is not None:
             stored = await steps.append_entry(
                 AppendEntryInput(session_id=self._ctx.inp.session_id, entry=pending)
@@ -495,4 +643,7 @@ class QueryWorkflow:
             session_grants=list(state.session_grants),
             api_duration_ms=state.api_duration_ms,
             workspace=self._hosting.workspace,
+            seen=state.seen,
+            todos=list(state.todos),
+            absorbed=list(state.absorbed),
         )

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError, FailureError
+from temporalio.workflow import ChildWorkflowHandle
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
         ConfigChange,
         EndProcessesInput,
+        MidTurnPrompt,
+        MidTurnPrompts,
         PromptAccepted,
         PromptRequest,
         QueryInput,
@@ -18,8 +23,9 @@ with workflow.unsafe.imports_passed_through():
         SessionStatus,
     )
     from durable_agent.engine.hooks import HookEventInput, hooks_for
+    from durable_agent.engine.messages import Usage
     from durable_agent.engine.settings import without_env_values
-    from durable_agent.engine.state import MAX_PROMPT_CHARS
+    from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryResult
     from durable_agent.engine.tool_hooks import tool_hook_settings, with_sdk_hooks
     from durable_agent.names import Activities, Queries, Signals, Updates, Workflows
     from workflows.activity_options import (
@@ -30,6 +36,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.query import QueryWorkflow
 
+
+MID_TURN_PATCH = "mid-turn-prompts-v1"
+"""A plain prompt sent while another runs is passed on to it, to reach the model with the next
+tool results (Claude Code's queued messages); before, it waited for the running one to end."""
 
 MAX_QUEUED_PROMPTS = 20
 """Prompts a session holds while one runs; more is almost surely a runaway client."""
@@ -51,6 +61,7 @@ class SessionWorkflow:
         self._running: str | None = None
         self._transcript_path = ""
         self._config = inp.config
+        self._passing: asyncio.Future[None] | None = None
 
     @workflow.update(name=Updates.SUBMIT_PROMPT)
     def submit_prompt(self, req: PromptRequest) -> PromptAccepted:
@@ -145,6 +156,7 @@ class SessionWorkflow:
             sandboxed=self._config.sandbox is not None,
             settings=without_env_values(self._config.settings),
             session_grants=list(state.session_grants),
+            todos=list(state.todos),
         )
 
     @workflow.query(name=Queries.TRANSCRIPT_PATH)
@@ -246,12 +258,16 @@ class SessionWorkflow:
                 session_start="startup" if index == 1 else req.session_start,
                 compact=req.compact,
                 workspace=state.workspace,
+                seen=state.seen,
+                todos=state.todos,
             ),
             id=child_id,
             static_summary=f"/compact {req.prompt}"[:200] if req.compact else req.prompt[:200],
             execution_timeout=timedelta(days=30),
         )
         self._running = child_id
+        if workflow.patched(MID_TURN_PATCH):
+            self._passing = asyncio.ensure_future(self._pass_on(handle, child_id))
         try:
             result = await handle
         except ChildWorkflowError as exc:
@@ -265,5 +281,78 @@ class SessionWorkflow:
             state.session_grants = list(result.session_grants)
             if result.workspace is not None:
                 state.workspace = result.workspace
+            if result.seen is not None:
+                state.seen = result.seen
+            if result.todos is not None:
+                state.todos = result.todos
+            if result.absorbed:
+                await self._answer_absorbed(result)
         finally:
             self._running = None
+
+    async def _pass_on(self, handle: ChildWorkflowHandle[Any, Any], child_id: str) -> None:
+        """While `child_id` runs, pass it the plain prompts at the head of the queue (a
+        `/compact` or a prompt with a turn limit or files of its own waits, and so does
+        everything after it, to keep the order)."""
+        state = self._state
+
+        def waiting() -> list[PromptRequest]:
+            head: list[PromptRequest] = []
+            for req in state.queued:
+                if not req.mid_turn():
+                    break
+                head.append(req)
+            return [req for req in head if req.mid_turn_id is None]
+
+        while True:
+            await workflow.wait_condition(lambda: self._running != child_id or bool(waiting()))
+            if self._running != child_id:
+                return
+            batch = waiting()
+            for req in batch:
+                req.mid_turn_id = str(workflow.uuid4())
+            sent = MidTurnPrompts(
+                prompts=[MidTurnPrompt(id=r.mid_turn_id or "", prompt=r.prompt) for r in batch]
+            )
+            try:
+                await handle.signal(Signals.MID_TURN_PROMPTS, sent)
+            except FailureError:  # it ended meanwhile: they run after it, as before
+                return
+
+    async def _answer_absorbed(self, result: QueryResult) -> None:
+        """The queued prompts the finished one gave the model: each gets its workflow (the id
+        its sender follows), which returns that result at once, in the queue's order."""
+        state = self._state
+        self._running = None  # nothing more is passed on to it
+        taken = set(result.absorbed)
+        while state.queued and state.queued[0].mid_turn_id in taken:
+            req = state.queued.pop(0)
+            state.queries += 1
+            child_id = query_workflow_id(self._session_id, state.queries)
+            answered = result.model_copy(
+                update={
+                    "message": f"answered by {result.query_workflow_id}: this prompt reached "
+                    "the model with its tool results",
+                    "turn_count": 0,
+                    "usage": Usage(),
+                    "usage_by_model": {},
+                    "api_duration_ms": 0,
+                    "query_workflow_id": child_id,
+                    "absorbed": [],
+                    "transitions": [],
+                    "retries": {},
+                }
+            )
+            await workflow.execute_child_workflow(
+                QueryWorkflow.run,
+                QueryInput(
+                    session_id=self._session_id,
+                    prompt=req.prompt,
+                    parent_uuid=state.head_uuid,
+                    config=self._config,
+                    answered=answered,
+                ),
+                id=child_id,
+                static_summary=req.prompt[:200],
+                execution_timeout=timedelta(days=1),
+            )

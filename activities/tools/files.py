@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -126,6 +127,45 @@ def write_regular(path: Path, shown: str, data: bytes) -> None:
             handle.flush()
         except OSError as exc:
             raise ToolError(f"could not write {shown}: {exc.strerror}") from exc
+
+
+def replace_regular(path: Path, shown: str, data: bytes) -> None:
+    """Replace an existing regular file whole or not at all: `data` goes to a temporary file
+    beside it (with its mode), made durable, then renamed over it, so a crash or a reader
+    never sees half a file (a notebook cut short is no longer JSON). The folder is opened as
+    `open_regular` opens it, and the file is made and renamed inside that very folder."""
+    moved = (
+        f"{shown} changed while it was being written (a symbolic link was put in its path); "
+        "nothing was written"
+    )
+    try:
+        folder = os.open(path.parent, _FOLDER_FLAGS)
+    except OSError as exc:
+        raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
+    temp = f".{path.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        if not _is_folder(folder, path.parent):
+            raise ToolError(moved)
+        try:
+            mode = os.stat(path.name, dir_fd=folder, follow_symlinks=False).st_mode
+        except OSError as exc:
+            raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
+        check_regular(mode, shown)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(temp, flags, 0o600, dir_fd=folder)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fchmod(fd, stat.S_IMODE(mode))
+                os.fsync(fd)
+            os.replace(temp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except OSError as exc:
+            with suppress(OSError):
+                os.unlink(temp, dir_fd=folder)
+            raise ToolError(f"could not write {shown}: {exc.strerror}") from exc
+    finally:
+        os.close(folder)
 
 
 def encoded(text: str, field: str) -> bytes:

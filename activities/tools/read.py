@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import BinaryIO
 
 from activities.tools.base import ToolError, ToolOutput, Workspace
-from activities.tools.files import open_regular, regular_stat
+from activities.tools.files import open_regular, read_regular, regular_stat
+from activities.tools.notebook import MAX_NOTEBOOK_BYTES, load_notebook, render_cells
 from activities.transcript import off_loop
 from durable_agent.engine.tools import ReadInput
 
@@ -27,8 +30,12 @@ async def run_read(args: ReadInput, ws: Workspace) -> ToolOutput:
 def _read(args: ReadInput, ws: Workspace) -> ToolOutput:
     path = ws.resolve_readable(args.file_path)
     shown = ws.display(path)
-    if regular_stat(path, shown) is None:
+    info = regular_stat(path, shown)
+    if info is None:
         raise ToolError(f"File does not exist: {shown}")
+    cells = _notebook_cells(path, shown, info, args)
+    if cells is not None:
+        return ToolOutput(cells)
     with open_regular(path, shown) as handle:
         head = handle.read(SNIFF_BYTES)
         if b"\x00" in head:
@@ -37,6 +44,19 @@ def _read(args: ReadInput, ws: Workspace) -> ToolOutput:
             return ToolOutput(f"(file {shown} exists but is empty)")
         handle.seek(0)
         return ToolOutput(_numbered(handle, args))
+
+
+def _notebook_cells(path: Path, shown: str, info: os.stat_result, args: ReadInput) -> str | None:
+    """A notebook read whole shows its cells with their ids (what NotebookEdit takes); with
+    offset/limit, too big, or not parsing as one, it is read as lines like any file."""
+    if path.suffix.lower() != ".ipynb" or args.offset or args.limit:
+        return None
+    if info.st_size > MAX_NOTEBOOK_BYTES:
+        return None
+    try:
+        return render_cells(load_notebook(read_regular(path, shown), shown), shown)
+    except ToolError:
+        return None
 
 
 def _numbered(handle: BinaryIO, args: ReadInput) -> str:

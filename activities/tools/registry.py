@@ -24,8 +24,12 @@ from activities.tools.environment import RUN_TAG, SETTINGS_ENV, kill_tagged, ses
 from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
 from activities.tools.links import FILE_TOOLS, judged_at
+from activities.tools.notebook_edit import run_notebook_edit
 from activities.tools.read import run_read
 from activities.tools.sandbox import SandboxUnavailable, policy_for
+from activities.tools.skill import run_skill
+from activities.tools.todo import run_todo_write
+from activities.tools.web_fetch import ModelClient, run_web_fetch, run_web_fetch_alone
 from activities.tools.write import run_write
 from activities.transcript import StoreError, TranscriptError, TranscriptStore, off_loop
 from activities.workspace import WorkspaceHosts, map_paths
@@ -45,7 +49,7 @@ from durable_agent.engine.permissions import (
     check,
     read_denied,
 )
-from durable_agent.engine.tools import TOOL_SPECS, BashInput, ToolName
+from durable_agent.engine.tools import TOOL_SPECS, BashInput, ToolName, WebFetchInput
 from durable_agent.names import Activities
 
 ToolImpl = Callable[[Any, Workspace], Awaitable[ToolOutput]]
@@ -57,6 +61,10 @@ TOOL_IMPLS: dict[str, ToolImpl] = {
     ToolName.BASH: run_bash,
     ToolName.GREP: run_grep,
     ToolName.GLOB: run_glob,
+    ToolName.TODO_WRITE: run_todo_write,
+    ToolName.WEB_FETCH: run_web_fetch_alone,
+    ToolName.NOTEBOOK_EDIT: run_notebook_edit,
+    ToolName.SKILL: run_skill,
 }
 PREVIEW_CHARS = 120
 
@@ -75,10 +83,12 @@ async def execute_tool(
     read_roots: tuple[Path, ...] = (),
     permissions: PermissionContext | None = None,
     sandbox: SandboxSpec | None = None,
+    model_client: ModelClient | None = None,
 ) -> ToolOutput:
     """Run one tool; every failure becomes an error output, never an exception. With
     `permissions`, what its Read deny rules cover is left out of search results; with
-    `sandbox`, Bash runs under bubblewrap."""
+    `sandbox`, Bash runs under bubblewrap; WebFetch asks its small model through
+    `model_client`."""
     spec = TOOL_SPECS.get(name)
     impl = TOOL_IMPLS.get(name)
     if spec is None or impl is None:
@@ -97,6 +107,8 @@ async def execute_tool(
         if isinstance(args, BashInput) and sandbox is not None:
             policy = await off_loop(policy_for, sandbox, permissions, str(ws.root))
             return await run_bash(args, ws, policy)
+        if isinstance(args, WebFetchInput):
+            return await run_web_fetch(args, model_client, permissions)
         return await impl(args, ws)
     except ToolError as exc:
         return ToolOutput(str(exc), is_error=True)
@@ -192,10 +204,17 @@ async def run_in_step(
 class ToolActivities:
     """Tool activities; receives the store it writes results to."""
 
-    def __init__(self, store: TranscriptStore, hosts: WorkspaceHosts | None = None) -> None:
+    def __init__(
+        self,
+        store: TranscriptStore,
+        hosts: WorkspaceHosts | None = None,
+        model_client: ModelClient | None = None,
+    ) -> None:
         self.store = store
         self.hosts = hosts
         """This worker's copies of travelling workspaces (a shared store), None without one."""
+        self.model_client = model_client
+        """The model activity's client, for the tools that ask a model (WebFetch)."""
         self._live: dict[str, asyncio.Task[ToolOutput]] = {}
         """Executions running in this process, by run tag. When the server loses track of an
         attempt (a restart while it runs: its heartbeats could not reach it) the retry may come
@@ -207,7 +226,13 @@ class ToolActivities:
         await off_loop(self.store.fetch_overflow, req.session_id)
         task = asyncio.ensure_future(
             execute_tool(
-                block.name, block.input, req.workspace, overflow, req.permissions, req.sandbox
+                block.name,
+                block.input,
+                req.workspace,
+                overflow,
+                req.permissions,
+                req.sandbox,
+                self.model_client,
             )
         )
         tag = _run_tag(req)

@@ -32,6 +32,7 @@ from durable_agent.engine.state import (
     QueryConfig,
 )
 from durable_agent.engine.tool_hooks import tool_hook_settings
+from durable_agent.engine.web_search import WEB_SEARCH, WebSearchConfig
 
 
 def workspace_dir(raw: str, flag: str = "--workspace") -> Path:
@@ -117,7 +118,7 @@ SETTINGS_HINT = "fix the file or flag named above (settings docs: permissions.al
 
 def _tool_set(raw: str | None) -> tuple[str, ...]:
     """`--tools "Read,Grep"` (commas or spaces); "default" = every tool; "" = none."""
-    every = ModelCallConfig().tools
+    every = (*ModelCallConfig().tools, WEB_SEARCH)
     if raw is None or raw.strip() == "default":
         return every
     names = [n for n in raw.replace(",", " ").split() if n]
@@ -125,6 +126,22 @@ def _tool_set(raw: str | None) -> tuple[str, ...]:
     if unknown:
         raise CliError(f"--tools: unknown tool {unknown[0]!r}", f"the tools are {', '.join(every)}")
     return tuple(n for n in every if n in names)
+
+
+def _web_search(args: argparse.Namespace) -> WebSearchConfig:
+    """The search's domain lists (comma lists; the API takes one of the two)."""
+    allowed = getattr(args, "web_search_allowed_domains", None)
+    blocked = getattr(args, "web_search_blocked_domains", None)
+    if allowed is not None and blocked is not None:
+        raise CliError(
+            "--web-search-allowed-domains and --web-search-blocked-domains cannot be used together",
+            "the API takes one list: keep the one you need",
+        )
+    return WebSearchConfig(allowed_domains=_domains(allowed), blocked_domains=_domains(blocked))
+
+
+def _domains(raw: str | None) -> tuple[str, ...]:
+    return tuple(d for d in (raw or "").replace(",", " ").split() if d)
 
 
 def build_config(
@@ -151,6 +168,8 @@ def build_config(
 def _query_config(
     args: argparse.Namespace, workspace: Path, controls: Controls | None
 ) -> QueryConfig:
+    tools = _tool_set(getattr(args, "tools", None))
+    search = _web_search(args)
     return QueryConfig(
         model=args.model or os.environ.get("ANTHROPIC_MODEL") or DEFAULT_MODEL,
         max_turns=args.max_turns,
@@ -170,7 +189,8 @@ def _query_config(
             eager_tools=EagerTools.NONE
             if args.no_streaming_tools
             else EagerTools(args.eager_tools),
-            tools=_tool_set(getattr(args, "tools", None)),
+            tools=tuple(n for n in tools if n != WEB_SEARCH),
+            web_search=search if WEB_SEARCH in tools else None,
             permissions=controls.permissions if controls else None,
             tool_hooks=controls.tool_hooks if controls else None,
         ),
@@ -528,6 +548,17 @@ def _permission_options(p: argparse.ArgumentParser) -> None:
         "--tools",
         metavar="LIST",
         help="the tools Claude may use at all, e.g. 'Read,Grep,Glob' ('' = none, 'default' = all)",
+    )
+    g.add_argument(
+        "--web-search-allowed-domains",
+        metavar="LIST",
+        help="WebSearch (the API runs it) gives results only from these domains (a comma list)",
+    )
+    g.add_argument(
+        "--web-search-blocked-domains",
+        metavar="LIST",
+        help="WebSearch never gives results from these domains (a comma list; not with "
+        "--web-search-allowed-domains)",
     )
     g.add_argument(
         "--add-dir",

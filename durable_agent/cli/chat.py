@@ -49,6 +49,7 @@ from durable_agent.engine.contracts import (
 from durable_agent.engine.messages import Usage
 from durable_agent.engine.pricing import cost_usd
 from durable_agent.engine.state import QueryConfig, QueryResult
+from durable_agent.engine.todos import todo_text
 from durable_agent.names import Queries, Signals, Updates, Workflows
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
@@ -187,6 +188,8 @@ async def slash_command(
         )
         for grant in status.session_grants:
             console.info(f"  allowed for this session: {grant.label()}")
+        if status.todos:
+            console.info(todo_text(status.todos))
         if status.last_result is not None:
             last = status.last_result
             console.info(f"  last prompt: {last.terminal.value} after {last.turn_count} turn(s)")

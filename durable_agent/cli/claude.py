@@ -74,6 +74,7 @@ from durable_agent.engine.state import (
     Terminal,
 )
 from durable_agent.engine.tool_hooks import result_field
+from durable_agent.engine.web_search import WEB_SEARCH, offered
 from durable_agent.names import Queries, Signals, Updates, Workflows
 
 CLAUDE_CODE_VERSION = "2.1.332"
@@ -215,7 +216,10 @@ class Out:
                 "subtype": "init",
                 "cwd": config.workspace,
                 "session_id": self.session_id,
-                "tools": list(config.call.tools),
+                "tools": [
+                    *config.call.tools,
+                    *([WEB_SEARCH] if offered(config.call.web_search, perms) else []),
+                ],
                 "mcp_servers": [],
                 "model": config.model,
                 "permissionMode": perms.mode.value if perms else "default",
@@ -833,6 +837,7 @@ async def _open_session(
             context_tokens=last.context_tokens if last else 0,
             session_grants=before.session_grants,
             workspace=travel.hosted if travel else None,
+            seen=last.seen if last else None,
         )
         start = SessionInput(session_id=session_id, config=config, state=state)
     handle = await _start(client, ns, start, stack, "durable-agent -p")
@@ -897,6 +902,7 @@ async def _fork(
         context_tokens=last.context_tokens if last else 0,
         session_grants=before.session_grants,
         workspace=travel.hosted if travel else None,
+        seen=last.seen if last else None,
     )
     start = SessionInput(session_id=session_id, config=config, state=state)
     forked = await _start(client, ns, start, stack, f"fork of {handle.id}")

@@ -49,6 +49,7 @@ from durable_agent.engine.state import (
     QueryResult,
     Terminal,
 )
+from durable_agent.engine.todos import todo_text
 from durable_agent.names import Queries, Signals, Workflows
 from durable_agent.paths import state_home
 
@@ -287,6 +288,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
     print(f"session {status.session_id}: {state_name(desc.status)}, {status.queries} prompt(s)")
     for line in _controls_lines(status):
         print(line)
+    if status.todos:
+        print(todo_text(status.todos))
     stuck = False
     for workflow_id in (args.session_id, status.running_query_id):
         if workflow_id and (failing := await failing_task(client, workflow_id)):

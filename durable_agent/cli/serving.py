@@ -23,7 +23,7 @@ from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.following import follow_with
 from durable_agent.cli.sessions import SessionPlace, api_endpoint, check_endpoint
-from durable_agent.engine.state import QueryConfig
+from durable_agent.engine.state import Attachments, QueryConfig
 from durable_agent.paths import state_home
 
 WATCH_SECONDS = 1.0
@@ -106,12 +106,24 @@ async def prepared(
     remembered = await asyncio.to_thread(
         memory, Path(config.workspace), getattr(args, "setting_sources", None)
     )
+    from durable_agent.skills import session_skills
+
+    found = await asyncio.to_thread(
+        session_skills, Path(config.workspace), getattr(args, "setting_sources", None)
+    )
+    for warning in found.warnings():
+        console.info(warning)
     config = config.model_copy(
         update={
             "call": config.call.model_copy(
-                update={"environment": environment, "memory": remembered}
+                update={"environment": environment, "memory": remembered, "skills": found.infos()}
             )
         }
+    )
+    wanted = os.environ.get(SUMMARIES_ENV, "")
+    summaries = wanted == "1" or (getattr(args, "command", None) == "chat" and wanted != "0")
+    config = config.model_copy(
+        update={"attachments": attachments(args), "tool_summaries": summaries}
     )
     if not args.no_worker:
         require_api_key()
@@ -145,3 +157,17 @@ def _recording(stack: AsyncExitStack, cassette: Path, console: Console) -> Any:
         return default_client(dataclasses.replace(opts, base_url=proxy.base_url))
 
     return factory
+
+
+SUMMARIES_ENV = "DURABLE_AGENT_TOOL_SUMMARIES"
+"""`1`: one-line summaries of tool batches as progress lines outside `chat` too; `0`: not
+even in `chat` (where they are on)."""
+
+
+def attachments(args: argparse.Namespace) -> Attachments:
+    """What the loop adds between turns: a folder's CLAUDE.md when the project memory loads
+    (`--setting-sources`), notes on files changed outside the agent."""
+    from durable_agent.environment import setting_sources
+
+    project = "project" in setting_sources(getattr(args, "setting_sources", None))
+    return Attachments(nested_memory=project, changed_files=True)

@@ -13,7 +13,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agent.engine.messages import Usage
-from durable_agent.engine.tools import ToolName
 
 DEFAULT_CONTEXT_WINDOW = 200_000
 LARGE_CONTEXT_WINDOW = 1_000_000
@@ -24,7 +23,11 @@ BLOCKING_BUFFER_TOKENS = 3_000
 MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES = 3
 IMAGE_TOKENS = 2_000
 CLEARED_MARKER = "[Old tool result content cleared]"
-COMPACTABLE_TOOLS = frozenset({*ToolName, "WebSearch", "WebFetch"})
+COMPACTABLE_TOOLS = frozenset(
+    {"Read", "Write", "Edit", "Bash", "Grep", "Glob", "WebSearch", "WebFetch"}
+)
+"""Whose old results microcompact clears (the reference's list); a todo list's answer, a
+loaded skill's instructions (they still apply) stay."""
 PREVIEW_CHARS = 2_000
 
 

@@ -22,12 +22,14 @@ from durable_agent.engine.state import (
     ProgressEvent,
     QueryConfig,
     QueryResult,
+    SeenFiles,
     State,
     ToolResultRef,
 )
 from durable_agent.engine.state import RunToolOutput as RunToolOutput  # re-exported
 from durable_agent.engine.state import ToolCall as ToolCall  # re-exported: State carries it
 from durable_agent.engine.state import WithheldError as WithheldError
+from durable_agent.engine.tools import TodoItem
 
 
 class CallModelInput(BaseModel):
@@ -105,6 +107,41 @@ class RunToolInput(BaseModel):
     hold that checkpoint first), `workspace` being the path the model sees."""
 
 
+class BetweenTurnsInput(BaseModel):
+    """The between-turn look at the workspace (activities/turns.py): after a batch of file
+    tools (`tool_use_ids`: their stored calls name the paths), or as a prompt starts
+    (`check_changes`: what changed since the files were last seen)."""
+
+    session_id: str
+    workspace: str
+    """The workspace as the model sees it (its paths are the ones in `seen`)."""
+    seen: SeenFiles
+    assistant_uuid: str | None = None
+    tool_use_ids: list[str] = Field(default_factory=list)
+    check_changes: bool = False
+    nested_memory: bool = False
+    hosted: str | None = None
+    """A travelling workspace's checkpoint: the host looks at its copy (as for a tool)."""
+
+
+class BetweenTurnsOutput(BaseModel):
+    seen: SeenFiles
+    context: list[str] = Field(default_factory=list)
+    """What to add to the next user entry, each a text block (empty: nothing)."""
+
+
+class SummaryInput(BaseModel):
+    """A tool batch to sum up in one line (activities/summaries.py)."""
+
+    session_id: str
+    assistant_uuid: str
+    results: list[ToolResultRef]
+
+
+class SummaryOutput(BaseModel):
+    summary: str
+
+
 class ApprovalRequest(BaseModel):
     """A tool call that waits for a person's decision (the `approvals` query lists them)."""
 
@@ -153,6 +190,9 @@ class QueryInput(BaseModel):
     """The conversation's size before this prompt (from the previous prompt's result)."""
     session_grants: list[SessionGrant] = Field(default_factory=list)
     """The session's "always" answers so far."""
+    answered: QueryResult | None = None
+    """This prompt reached the model while the one before it ran, whose result (here) is its
+    answer too: the workflow returns it at once."""
     session_start: str | None = None
     """SessionStart's source when this prompt opens the session (`startup`) or a CLI's return
     to it (`resume`); None otherwise."""
@@ -164,6 +204,10 @@ class QueryInput(BaseModel):
     the progress query (a watcher may not have read those emitted just before)."""
     workspace: HostedWorkspace | None = None
     """The session's travelling workspace (a shared store); None: tools work in place."""
+    seen: SeenFiles | None = None
+    """The files the session's earlier prompts read or wrote, the nested memory given."""
+    todos: list[TodoItem] = Field(default_factory=list)
+    """The model's todo list as the session's last prompt left it."""
 
 
 class CompactInput(BaseModel):
@@ -219,6 +263,25 @@ class PromptRequest(BaseModel):
     checkpoint_id: str | None = None
     """A travelling workspace's files as the submitter has them now (edited, or rewound, since
     the last prompt): the prompt's tools start from this checkpoint."""
+    mid_turn_id: str | None = None
+    """Set by the session when it passed this prompt to the running one (to reach the model
+    at its next turn); the running prompt's result names the ids it took."""
+
+    def mid_turn(self) -> bool:
+        """A plain prompt, which may join the running one: not `/compact`, no turn limit of
+        its own, no files to start from."""
+        return not self.compact and self.max_turns is None and self.checkpoint_id is None
+
+
+class MidTurnPrompt(BaseModel):
+    id: str
+    prompt: str
+
+
+class MidTurnPrompts(BaseModel):
+    """The session's prompts sent while this one runs (the `mid_turn_prompts` signal)."""
+
+    prompts: list[MidTurnPrompt]
 
 
 class SessionState(BaseModel):
@@ -235,6 +298,10 @@ class SessionState(BaseModel):
     closed: bool = False
     session_grants: list[SessionGrant] = Field(default_factory=list)
     """What "always for this session" answers allow (each prompt starts with them)."""
+    seen: SeenFiles | None = None
+    """The files the prompts read or wrote, the nested memory given (between-turn context)."""
+    todos: list[TodoItem] = Field(default_factory=list)
+    """The model's todo list (its last TodoWrite in the session)."""
     workspace: HostedWorkspace | None = None
     """The travelling workspace (a shared store): the CLI's upload, then each prompt's last
     checkpoint and host; None: tools work in the workspace in place."""
@@ -342,6 +409,8 @@ class SessionStatus(BaseModel):
     """The merged Claude Code settings its prompts carry (see QueryConfig.settings)."""
     session_grants: list[SessionGrant] = Field(default_factory=list)
     """What the user allowed for the rest of the session ("always")."""
+    todos: list[TodoItem] = Field(default_factory=list)
+    """The model's todo list as its last prompt left it."""
 
 
 class StopHooksInput(BaseModel):

@@ -112,17 +112,28 @@ def _output_limit(
 def tools_done(
     state: State, results: list[ToolResultRef], result_chars: list[int], cfg: QueryConfig,
     new_uuid: str, feedback: str | None = None, hook_stop: str | None = None,
+    context: list[str] | None = None, mid_turn: tuple[tuple[str, str], ...] = (),
 ) -> State:  # fmt: skip
     """Every tool_use has its result: they go to the model in the next user entry (with what
     the tools' hooks said, `feedback`, after them), and the context grows by them (each at most
     its budget). A hook's `continue: false` (`hook_stop`, its stopReason) ends the prompt
-    `hook_stopped` once the results are stored."""
+    `hook_stopped` once the results are stored. `context`: what the loop adds between turns
+    (a nested CLAUDE.md), `mid_turn`: what the user sent meanwhile, each a text block after
+    them."""
     cap = cfg.tool_result_budget_tokens
     added = sum(min((c + 3) // 4, cap) for c in result_chars)
     if feedback:
         added += estimate_text_tokens(feedback)
+    prompts = [text for _, text in mid_turn]
+    added += sum(estimate_text_tokens(text) for text in (*(context or ()), *prompts))
     pending = PendingUser(
-        uuid=new_uuid, parent_uuid=state.head_uuid, results=results, prompt=feedback
+        uuid=new_uuid,
+        parent_uuid=state.head_uuid,
+        results=results,
+        prompt=feedback,
+        context=list(context or ()),
+        prompts=prompts,
+        prompt_ids=[prompt_id for prompt_id, _ in mid_turn],
     )
     done = state.at(
         Phase.TOOLS_DONE,

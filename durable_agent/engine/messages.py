@@ -13,6 +13,8 @@ class _Block(BaseModel):
 
 
 class TextBlock(_Block):
+    """Text; an answer that cites web search results carries `citations` (kept as sent)."""
+
     type: Literal["text"] = "text"
     text: str
 
@@ -61,10 +63,41 @@ class RedactedThinkingBlock(_Block):
     data: str
 
 
+class ServerToolUseBlock(_Block):
+    """A search the API ran itself (web search): never a tool call of ours to run."""
+
+    type: Literal["server_tool_use"] = "server_tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class WebSearchToolResultBlock(_Block):
+    """The API's results of a search: a list of `web_search_result` items (their
+    `encrypted_content` must go back unchanged) or an error object, kept as sent."""
+
+    type: Literal["web_search_tool_result"] = "web_search_tool_result"
+    tool_use_id: str
+    content: list[dict[str, Any]] | dict[str, Any]
+
+
 ContentBlock = Annotated[
-    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | ImageBlock,
+    TextBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ImageBlock
+    | ServerToolUseBlock
+    | WebSearchToolResultBlock,
     Field(discriminator="type"),
 ]
+
+
+class ServerToolUsage(BaseModel):
+    """What the API's own tools did for a call (billed apart from tokens)."""
+
+    web_search_requests: int = 0
 
 
 class Usage(BaseModel):
@@ -74,14 +107,19 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    server_tool_use: ServerToolUsage = Field(default_factory=ServerToolUsage)
 
     def __add__(self, other: Usage) -> Usage:
+        searches = self.server_tool_use.web_search_requests
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cache_creation_input_tokens=self.cache_creation_input_tokens
             + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            server_tool_use=ServerToolUsage(
+                web_search_requests=searches + other.server_tool_use.web_search_requests
+            ),
         )
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from durable_agent.engine.messages import Usage
 
 MILLION = 1_000_000
+WEB_SEARCH_USD = 0.01
+"""One web search the API ran ($10 per 1,000, whatever the model)."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Price:
             + usage.output_tokens * self.output
             + usage.cache_creation_input_tokens * self.cache_write
             + usage.cache_read_input_tokens * self.cache_read
-        ) / MILLION
+        ) / MILLION + usage.server_tool_use.web_search_requests * WEB_SEARCH_USD
 
 
 SONNET = Price(3.0, 15.0, 3.75, 0.30)

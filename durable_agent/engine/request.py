@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -16,7 +16,8 @@ from durable_agent.engine.context import (
     strip_images,
 )
 from durable_agent.engine.messages import TranscriptEntry, to_api_messages
-from durable_agent.engine.tools import TOOL_SPECS
+from durable_agent.engine.skills import SkillInfo, skill_tool_description
+from durable_agent.engine.tools import TOOL_SPECS, ToolName
 
 THINKING_TYPES = ("thinking", "redacted_thinking")
 CACHE_CONTROL = {"type": "ephemeral"}
@@ -77,7 +78,10 @@ def build_request(
     tools: tuple[str, ...],
     req: ModelRequest,
     overflow_path: Callable[[str], str] = lambda tool_use_id: tool_use_id,
+    skills: Sequence[SkillInfo] = (),
+    server_tools: Sequence[dict[str, Any]] = (),
 ) -> tuple[dict[str, Any], list[str]]:
+    """`server_tools` (web search) are the API's own: they follow ours in `tools`."""
     messages, overflowed = request_messages(chain, req, overflow_path)
     system_block: dict[str, Any] = {"type": "text", "text": system}
     if req.prompt_caching:
@@ -88,7 +92,7 @@ def build_request(
         "max_tokens": req.max_tokens,
         "system": [system_block],
         "messages": messages,
-        "tools": [TOOL_SPECS[n].api_tool() for n in tools if n in TOOL_SPECS],
+        "tools": api_tools(tools, skills) + [dict(t) for t in server_tools],
     }
     if not system:  # `--system-prompt ""`: none at all (the API takes no empty text block)
         del request["system"]
@@ -100,6 +104,20 @@ def build_request(
         request["extra_headers"] = {"anthropic-beta": TASK_BUDGET_BETA}
         request["extra_body"] = {"output_config": {"task_budget": budget}}
     return request, overflowed
+
+
+def api_tools(tools: tuple[str, ...], skills: Sequence[SkillInfo] = ()) -> list[dict[str, Any]]:
+    """The request's `tools`: those of `tools` there are, the Skill tool only with skills to
+    load (its description lists them)."""
+    out: list[dict[str, Any]] = []
+    for name in tools:
+        if name not in TOOL_SPECS or (name == ToolName.SKILL and not skills):
+            continue
+        tool = TOOL_SPECS[name].api_tool()
+        if name == ToolName.SKILL:
+            tool["description"] = skill_tool_description(skills)
+        out.append(tool)
+    return out
 
 
 def _without_thinking_through(chain: list[TranscriptEntry], uuid: str) -> list[TranscriptEntry]:

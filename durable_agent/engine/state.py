@@ -17,7 +17,9 @@ from durable_agent.engine.permissions import (
     SessionGrant,
 )
 from durable_agent.engine.prompt import Environment
-from durable_agent.engine.tools import ToolName
+from durable_agent.engine.skills import SkillInfo
+from durable_agent.engine.tools import TodoItem, ToolName
+from durable_agent.engine.web_search import WebSearchConfig
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_MAX_OUTPUT_TOKENS = 8_000
@@ -105,6 +107,10 @@ class ModelCallConfig(BaseModel):
     CLI: the system prompt's environment block."""
     memory: str = ""
     """The CLAUDE.md memory files (engine/memory.py) as read where the session was started."""
+    skills: list[SkillInfo] = Field(default_factory=list)
+    """The Agent Skills found where the session was started (durable_agent/skills.py; at most
+    MAX_SKILLS): the Skill tool's description lists them, and without any no Skill tool is
+    sent."""
     tools: tuple[str, ...] = tuple(name.value for name in ToolName)
     """Names of the tools offered to the model."""
     query_source: str = "sdk"
@@ -134,6 +140,9 @@ class ModelCallConfig(BaseModel):
     """The settings' PreToolUse / PostToolUse / PostToolUseFailure hooks: a tool they match
     goes to the workflow (which runs them around it), never inside the call step, and keeps
     its input on the ToolCall for the hooks' stdin. None: no tool hooks."""
+    web_search: WebSearchConfig | None = Field(default_factory=WebSearchConfig)
+    """The API's web search (WebSearch), offered unless the permissions deny it; None: off
+    (`--tools` without WebSearch)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -156,6 +165,32 @@ class ActivityOptions(BaseModel):
     """start_to_close of one model call attempt."""
     tool_timeout_seconds: float = 900.0
     """start_to_close of one tool attempt (Bash has its own, shorter, timeout)."""
+
+
+class Attachments(BaseModel):
+    """Context the loop gives the model between turns, as Claude Code does."""
+
+    model_config = ConfigDict(frozen=True)
+
+    nested_memory: bool = False
+    """A folder's CLAUDE.md below the workspace, the first time a file under it is read (the
+    project memory level is loaded)."""
+    changed_files: bool = False
+    """A file the agent read or wrote that changed outside it before the next prompt: noted,
+    with its current text."""
+
+
+class SeenFiles(BaseModel):
+    """The files the loop has been watching for the model (carried from prompt to prompt)."""
+
+    stamps: dict[str, str] = Field(default_factory=dict)
+    """Path the model used → `mtime_ns:size` when a tool last read or wrote it (the newest
+    MAX_SEEN_FILES, oldest first)."""
+    attached: list[str] = Field(default_factory=list)
+    """The nested CLAUDE.md files already given (never twice)."""
+
+
+MAX_SEEN_FILES = 200
 
 
 class QueryConfig(BaseModel):
@@ -215,6 +250,12 @@ class QueryConfig(BaseModel):
     approvals: bool = False
     """Someone can answer a tool call that asks (`chat`, the SDK front-end): it waits, durably,
     for an `approve_tool` Update. False (headless `run`): an ask is a deny, nobody waits."""
+    tool_summaries: bool = False
+    """After each tool batch a small-model call writes a one-line summary of it, beside the
+    next model call, shown as a progress line (on in `chat`; DURABLE_AGENT_TOOL_SUMMARIES=1)."""
+    attachments: Attachments | None = None
+    """What the loop adds to the conversation between turns (engine/attachments.py); None:
+    nothing (sessions started before it, and workflow tests)."""
     settings: dict[str, Any] | None = None
     """The merged Claude Code settings the prompt started with (as a settings file spells them,
     plus `layers`: which files contributed): hooks are chosen from it, `status` shows it. The
@@ -258,6 +299,13 @@ class PendingUser(BaseModel):
     parent_uuid: str | None
     prompt: str | None = None
     results: list[ToolResultRef] = Field(default_factory=list)
+    context: list[str] = Field(default_factory=list)
+    """What the loop adds after the prompt or the results (a nested CLAUDE.md, a changed file):
+    each a text block of its own."""
+    prompts: list[str] = Field(default_factory=list)
+    """Prompts the user sent while the tools ran, after the results (each a text block)."""
+    prompt_ids: list[str] = Field(default_factory=list)
+    """Their ids (`State.mid_turn`): absorbed once the model has answered this entry."""
 
 
 class WithheldError(BaseModel):
@@ -282,6 +330,8 @@ class ToolCall(BaseModel):
     permission_input: dict[str, Any] | None = None
     """The tool's input, kept only when it is not allowed (for `permission_denials`) or when
     tool hooks match it (their stdin's `tool_input`)."""
+    todos: list[TodoItem] | None = None
+    """A valid TodoWrite call's list: the workflow keeps it once the call ran."""
 
 
 class PermissionDenial(BaseModel):
@@ -415,6 +465,15 @@ class State(BaseModel):
     """Loop iterations in this workflow run (continue-as-new after `iterations_per_run`)."""
     notice: str = ""
     """What to tell the user about the decision just made; `decide` shows it once."""
+    seen: SeenFiles = SeenFiles()
+    """Files read or written, nested memory given (for the between-turn attachments)."""
+    todos: tuple[TodoItem, ...] = ()
+    """The model's todo list (its last TodoWrite), carried from prompt to prompt."""
+    mid_turn: tuple[tuple[str, str], ...] = ()
+    """Prompts the session passed on while this one runs, (id, text), not yet given to the
+    model: they go after the next batch's tool results."""
+    absorbed: tuple[str, ...] = ()
+    """The ids of those given to the model (the session answers them with this result)."""
 
     def transition_count(self, transition: Transition) -> int:
         """How often the prompt continued for `transition`, the dropped ones included."""
@@ -520,6 +579,12 @@ class QueryResult(BaseModel):
     """The session's "always" answers after this prompt (the next prompt starts with them)."""
     api_duration_ms: int = 0
     """Time its model calls took (Claude Code's duration_api_ms)."""
+    seen: SeenFiles | None = None
+    """The files the loop watches after this prompt (the next prompt starts with them)."""
+    todos: list[TodoItem] | None = None
+    """The model's todo list after this prompt (None: a prompt from before todo lists)."""
+    absorbed: list[str] = Field(default_factory=list)
+    """The session's prompts sent while this one ran that reached the model in it."""
     workspace: HostedWorkspace | None = None
     """A travelling workspace after this prompt: its last checkpoint is the files the model
     left (what the CLI writes back); None when tools work in the workspace in place."""

@@ -7,8 +7,9 @@ import json
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from durable_agent.engine.bash_safety import is_read_only_command
 from durable_agent.engine.messages import ToolUseBlock
@@ -23,6 +24,10 @@ class ToolName(StrEnum):
     BASH = "Bash"
     GREP = "Grep"
     GLOB = "Glob"
+    WEB_FETCH = "WebFetch"
+    NOTEBOOK_EDIT = "NotebookEdit"
+    SKILL = "Skill"
+    TODO_WRITE = "TodoWrite"
 
 
 class _Input(BaseModel):
@@ -98,6 +103,66 @@ class GlobInput(_Input):
     )
 
 
+class WebFetchInput(_Input):
+    url: str = Field(
+        max_length=2000,
+        description="The page's full URL, http:// or https:// (http is upgraded to https)",
+        json_schema_extra={"format": "uri"},
+    )
+    prompt: str = Field(min_length=1, description="What to find out from the page")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be a full http:// or https:// URL")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("must not hold a user name or password")
+        return value.strip()
+
+
+class NotebookEditInput(_Input):
+    notebook_path: str = Field(description="Absolute path of the Jupyter notebook (.ipynb)")
+    cell_id: str | None = Field(
+        default=None,
+        description="Id of the cell to replace or delete (as Read shows it; cell-N, counting "
+        "from 0, where cells have no ids). For insert: the new cell goes after this cell, or "
+        "first when cell_id is omitted",
+    )
+    new_source: str = Field(description="The cell's new source (ignored by delete)")
+    cell_type: Literal["code", "markdown"] | None = Field(
+        default=None,
+        description="The cell's type: required for insert; for replace, changes it (default: "
+        "as it was)",
+    )
+    edit_mode: Literal["replace", "insert", "delete"] = Field(
+        default="replace", description="replace (default), insert or delete"
+    )
+
+
+class SkillInput(_Input):
+    skill: str = Field(description='The name of the skill to load, as listed (e.g. "pdf")')
+
+
+class TodoItem(BaseModel):
+    """One task of the model's todo list (Claude Code's fields)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    content: str = Field(min_length=1, max_length=500, description='The task: "Run the tests"')
+    status: Literal["pending", "in_progress", "completed"]
+    activeForm: str = Field(  # noqa: N815 (Claude Code's name)
+        min_length=1, max_length=500, description='The task as it is done: "Running the tests"'
+    )
+
+
+class TodoWriteInput(_Input):
+    todos: list[TodoItem] = Field(
+        max_length=100, description="The whole list as it is now (it replaces the last one)"
+    )
+
+
 @functools.cache
 def _schema_json(model: type[BaseModel]) -> str:
     return json.dumps(model.model_json_schema(by_alias=True))
@@ -166,7 +231,9 @@ TOOL_SPECS: dict[str, ToolSpec] = {
             "with its line number and a tab (cat -n style: the prefix is not part of the file); "
             "lines over 2000 characters are cut. For a large file read the part you need with "
             "offset/limit, or find it first with Grep. Reading several files at once in "
-            "parallel calls is fine. Binary files are refused; to list a folder use Glob.",
+            "parallel calls is fine. Binary files are refused; to list a folder use Glob. A "
+            'Jupyter notebook (.ipynb) shows as its cells, `<cell id="…" type="code">source'
+            "</cell>` with their text outputs (offset/limit show its JSON lines instead).",
             input_model=ReadInput,
             read_only=True,
             concurrency_safe=True,
@@ -232,8 +299,70 @@ TOOL_SPECS: dict[str, ToolSpec] = {
             concurrency_safe=True,
             summary_field="pattern",
         ),
+        ToolSpec(
+            name=ToolName.WEB_FETCH,
+            description="Fetch a web page and answer a question about it. `url` is a full "
+            "http(s) URL (http is upgraded to https) the user gave or a result or page "
+            "named; do not guess URLs. `prompt` says what to find out. The page is turned into "
+            "markdown and a small, fast model reads it and answers the prompt: the result is "
+            "that answer, which may summarise the page or leave parts out, not the page "
+            "itself; ask for exact text when you need it. HTML and text only (binary files "
+            "are refused); a page longer than about 100,000 characters is cut; 30 s timeout; "
+            "pages behind a login cannot be read. A page fetched in the last 15 minutes is "
+            "read again from a cache, so another question about it is quick. A redirect to "
+            "the same host is followed; one to another host is not: the result gives the new "
+            "URL, and you call WebFetch again with it.",
+            input_model=WebFetchInput,
+            read_only=True,
+            concurrency_safe=True,
+            summary_field="url",
+        ),
+        ToolSpec(
+            name=ToolName.NOTEBOOK_EDIT,
+            description="Change one cell of a Jupyter notebook (.ipynb) without touching its "
+            "JSON: replace the cell's source (edit_mode replace, the default), insert a new "
+            "cell (insert: cell_type required; it goes after the cell cell_id names, or first "
+            "without cell_id) or delete the cell (delete). Read the notebook first: it shows "
+            "every cell with its id (cell-N, counting from 0, in a notebook whose cells have "
+            "none). A replaced code cell loses its outputs and execution count; the other "
+            "cells, the metadata and the file's layout stay. Use it rather than Edit or Write "
+            "on a notebook; it does not run cells. Example: "
+            '{"notebook_path": "/abs/analysis.ipynb", "cell_id": "1f3a9c2e", '
+            '"new_source": "df.describe()"}.',
+            input_model=NotebookEditInput,
+            read_only=False,
+            concurrency_safe=False,
+            summary_field="notebook_path",
+        ),
+        ToolSpec(
+            name=ToolName.SKILL,
+            # A request lists the session's skills here (engine/skills.py), and sends no Skill
+            # tool when there are none.
+            description="Load a skill's instructions by its name.",
+            input_model=SkillInput,
+            read_only=True,
+            concurrency_safe=True,
+            summary_field="skill",
+        ),
     )
 }
+
+
+TOOL_SPECS[ToolName.TODO_WRITE] = ToolSpec(
+    name=ToolName.TODO_WRITE,
+    description="Keep a todo list for this task: each call gives the whole list as it is "
+    "now. Use it for work of three or more steps, or when the user gives several tasks: "
+    "write the steps first, mark one in_progress before you start it (one at a time) and "
+    "completed as soon as it is done (not in batches), add tasks you discover, remove ones "
+    "that no longer apply. Mark a task completed only when it is fully done: tests pass, "
+    "nothing left unfinished; otherwise keep it in_progress and add what blocks it. Skip the "
+    'list for a single small step or a question. Each item: content (imperative, "Run the '
+    'tests"), activeForm ("Running the tests"), status (pending, in_progress, completed).',
+    input_model=TodoWriteInput,
+    read_only=True,
+    concurrency_safe=False,
+    summary_field="",
+)
 
 
 def tool_is_concurrency_safe(block: ToolUseBlock, specs: dict[str, ToolSpec] = TOOL_SPECS) -> bool:

@@ -164,6 +164,8 @@ def tool_turn(calls: list[tuple[str, str, dict[str, Any]]], text: str = "", **us
 
 
 def message(content: list[dict[str, Any]], stop_reason: str, **usage: int) -> dict[str, Any]:
+    """A Messages API message; `web_search_requests` in `usage` adds its `server_tool_use`."""
+    searches = usage.get("web_search_requests")
     return {
         "id": "msg_replay",
         "type": "message",
@@ -177,6 +179,7 @@ def message(content: list[dict[str, Any]], stop_reason: str, **usage: int) -> di
             "output_tokens": usage.get("output_tokens", 20),
             "cache_creation_input_tokens": usage.get("cache_creation_input_tokens", 0),
             "cache_read_input_tokens": usage.get("cache_read_input_tokens", 0),
+            **({"server_tool_use": {"web_search_requests": searches}} if searches else {}),
         },
     }
 
@@ -189,7 +192,9 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
 
 
 def sse_events(msg: dict[str, Any], model: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The (event, data) pairs a streaming Messages API response sends for `msg`."""
+    """The (event, data) pairs a streaming Messages API response sends for `msg`: a tool_use's
+    or server_tool_use's input in input_json_delta pieces, a text's citations as citations_delta,
+    any other block (web_search_tool_result, …) whole in its content_block_start."""
     usage = dict(msg.get("usage") or {})
     start = {
         **msg,
@@ -204,9 +209,14 @@ def sse_events(msg: dict[str, Any], model: str) -> Iterator[tuple[str, dict[str,
         kind = block.get("type")
         if kind == "text":
             yield "content_block_start", _start(index, {"type": "text", "text": ""})
+            for citation in block.get("citations") or []:
+                yield (
+                    "content_block_delta",
+                    _delta(index, {"type": "citations_delta", "citation": citation}),
+                )
             for piece in _chunks(block.get("text", "")):
                 yield "content_block_delta", _delta(index, {"type": "text_delta", "text": piece})
-        elif kind == "tool_use":
+        elif kind in ("tool_use", "server_tool_use"):
             yield "content_block_start", _start(index, {**block, "input": {}})
             for piece in _chunks(json.dumps(block.get("input", {}))):
                 yield (
@@ -230,6 +240,9 @@ def sse_events(msg: dict[str, Any], model: str) -> Iterator[tuple[str, dict[str,
         else:
             yield "content_block_start", _start(index, block)
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    end_usage = {"output_tokens": usage.get("output_tokens", 0)}
+    if "server_tool_use" in usage:  # the API's searches are counted at the end too
+        end_usage["server_tool_use"] = usage["server_tool_use"]
     yield (
         "message_delta",
         {
@@ -238,7 +251,7 @@ def sse_events(msg: dict[str, Any], model: str) -> Iterator[tuple[str, dict[str,
                 "stop_reason": msg.get("stop_reason"),
                 "stop_sequence": msg.get("stop_sequence"),
             },
-            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+            "usage": end_usage,
         },
     )
     yield "message_stop", {"type": "message_stop"}

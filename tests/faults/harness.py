@@ -137,6 +137,7 @@ def process_env(
         DURABLE_AGENT_TASK_QUEUE=task_queue,
         DURABLE_AGENT_SETTINGS=str(tmp_path / "settings.json"),
         DURABLE_AGENT_MANAGED_SETTINGS=str(tmp_path / "managed-settings.json"),
+        DURABLE_AGENT_TOOL_SUMMARIES="0",  # chat's summaries would take cassette turns
     )
     env.update(extra)
     return env

@@ -85,6 +85,12 @@ def _eval_generic(
         def match(r: Rule, widen: bool) -> bool:
             return r.specifier is None or r.specifier == agent
 
+    elif tool_name == "Skill":
+        skill = str(tool_input.get("skill", "")).strip()
+
+        def match(r: Rule, widen: bool) -> bool:
+            return r.specifier is None or _skill_named(r.specifier) == skill
+
     else:
 
         def match(r: Rule, widen: bool) -> bool:
@@ -101,6 +107,15 @@ def _eval_generic(
     r = _first(_rules_for(tool_name, rs.allow), lambda r: match(r, False))
     if r is not None:
         ev.allow = [r]
+
+
+def _skill_named(specifier: str) -> str:
+    """The skill a `Skill(...)` rule names: `Skill(name)`, or `Skill(name *)` / `Skill(name:*)`
+    (the name with any arguments; the Skill tool takes none)."""
+    for suffix in (":*", " *"):
+        if specifier.endswith(suffix):
+            return specifier.removesuffix(suffix).strip()
+    return specifier.strip()
 
 
 def _by(rule: Rule) -> str:

@@ -87,6 +87,7 @@ class SandboxSpec(BaseModel):
 # tools added later) needs permission: Safer reading for unknown tools.
 READ_ONLY_TOOLS = frozenset(
     {"Read", "Grep", "Glob", "LS", "NotebookRead", "TodoWrite", "Task", "Agent", "BashOutput"}
+    | {"Skill"}  # our choice: it only loads instructions (a `Skill(name)` rule still decides)
 )
 # Tools that take a path the workspace boundary applies to, and the input key of that path.
 READ_TOOLS = {"Read": "file_path", "Grep": "path", "Glob": "path", "LS": "path"}
