@@ -197,7 +197,9 @@ class CompactionActivities:
                 "max_tokens": req.config.compact_max_tokens,
                 "system": system_prompt(req.config, req.workspace, req.request.model),
                 "messages": with_instruction(messages, summary_prompt(req)),
-                "tools": api_tools(req.config.tools, req.config.skills)
+                "tools": api_tools(
+                    req.config.tools, req.config.skills, req.config.agents, req.config.mcp_tools
+                )
                 + server_tools(req.config.web_search, req.config.permissions),
                 "tool_choice": {"type": "none"},
             }
@@ -247,6 +249,8 @@ class CompactionActivities:
             plain,
             skills=req.config.skills,
             server_tools=server_tools(req.config.web_search, req.config.permissions),
+            agents=req.config.agents,
+            mcp_tools=req.config.mcp_tools,
         )
         try:
             client = await self.model.client()

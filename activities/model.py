@@ -29,6 +29,7 @@ from activities.credentials import Credentials, CredentialsError
 from activities.heartbeat import heartbeating
 from activities.tools.links import resolved_check
 from activities.tools.registry import IN_STEP_TOOLS, run_in_step
+from activities.tools.schedule import scheduled_fields
 from activities.transcript import (
     StoreError,
     TranscriptDamaged,
@@ -71,7 +72,13 @@ from durable_agent.engine.prompt import SYSTEM_PROMPT, environment_block
 from durable_agent.engine.request import build_request
 from durable_agent.engine.state import TEXT_PREVIEW_CHARS, EagerTools, ModelCallConfig
 from durable_agent.engine.tool_hooks import TOOL_EVENTS
-from durable_agent.engine.tools import TOOL_SPECS, TodoWriteInput, ToolName
+from durable_agent.engine.tools import (
+    TOOL_SPECS,
+    AgentInput,
+    TaskStopInput,
+    TodoWriteInput,
+    ToolName,
+)
 from durable_agent.engine.web_search import server_tools
 from durable_agent.names import Activities, Signals
 
@@ -397,7 +404,15 @@ class ModelActivities:
             sid,
             chain,
             lambda paths: build_request(
-                chain, system, tools, req.request, paths, req.config.skills, servers
+                chain,
+                system,
+                tools,
+                req.request,
+                paths,
+                req.config.skills,
+                servers,
+                req.config.agents,
+                req.config.mcp_tools,
             ),
         )
         return parent, request
@@ -748,10 +763,17 @@ def _tool_call(tool_id: str, name: str, raw: dict[str, Any], req: CallModelInput
             id=tool_id, name=name, concurrency_safe=False, read_only=False, summary=name,
             permission=decision, permission_input=permission_input,
         )  # fmt: skip
-    todos = None
+    todos = agent = None
     if name == ToolName.TODO_WRITE:
         with contextlib.suppress(ValidationError):  # invalid: the tool says why, no list kept
             todos = TodoWriteInput.model_validate(raw).todos
+    if name == ToolName.AGENT:
+        with contextlib.suppress(ValidationError):  # invalid: the tool says why
+            agent = AgentInput.model_validate(raw)
+    task_stop = None
+    if name == ToolName.TASK_STOP:
+        with contextlib.suppress(ValidationError):
+            task_stop = TaskStopInput.model_validate(raw).task_id
     return ToolCall(
         id=tool_id,
         name=name,
@@ -761,4 +783,7 @@ def _tool_call(tool_id: str, name: str, raw: dict[str, Any], req: CallModelInput
         permission=decision,
         permission_input=permission_input,
         todos=todos,
+        agent=agent,
+        task_stop=task_stop,
+        **scheduled_fields(tool_id, name, raw),
     )

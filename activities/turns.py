@@ -22,6 +22,7 @@ from durable_agent.engine.contracts import BetweenTurnsInput, BetweenTurnsOutput
 from durable_agent.engine.memory import nested
 from durable_agent.engine.state import MAX_SEEN_FILES, SeenFiles
 from durable_agent.names import Activities
+from durable_agent.stamps import stamp
 
 FILE_TOOLS = {"Read": "file_path", "Write": "file_path", "Edit": "file_path"}
 """The tools whose file the loop watches, by the input field naming it."""
@@ -35,17 +36,6 @@ def watched_path(name: str, tool_input: Mapping[str, object]) -> str | None:
     field = FILE_TOOLS.get(name) or (NOTEBOOK_TOOL[1] if name == NOTEBOOK_TOOL[0] else None)
     value = tool_input.get(field) if field else None
     return value if isinstance(value, str) and value and "\x00" not in value else None
-
-
-def stamp(path: Path) -> str | None:
-    """`mtime_ns:size` of a regular file, None when there is none (never opened: a FIFO)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    if not path.is_file():
-        return None
-    return f"{st.st_mtime_ns}:{st.st_size}"
 
 
 def changed_notice(shown: str, local: Path) -> str:
@@ -128,6 +118,8 @@ def look(
                 model_path = map_paths(found.path, root, seen_ws)
                 attached.append(model_path)
                 context.append(nested_memory_text(model_path, found.content))
+                if (now := stamp(Path(found.path))) is not None:  # an edit of it is noted
+                    stamps[model_path] = now
     while len(stamps) > MAX_SEEN_FILES:
         del stamps[next(iter(stamps))]
     return BetweenTurnsOutput(seen=SeenFiles(stamps=stamps, attached=attached), context=context)

@@ -68,6 +68,16 @@ def full_disk(home: Path, said: str = "") -> str | None:
     return None
 
 
+def _log_tail(log_path: Path, since: int = 0) -> str:
+    """What the log says after byte `since` (this run's part), its last 4000 characters."""
+    try:
+        with log_path.open("rb") as f:
+            f.seek(since)
+            return f.read().decode(errors="replace")[-4000:]
+    except OSError:
+        return ""
+
+
 def _not_started(home: Path, log_path: Path) -> DevServerError:
     """Why the dev server did not start, in one line: a full disk, else the log's last error."""
     try:
@@ -242,6 +252,7 @@ def _start(home: Path, startup_timeout: float) -> tuple[DevServerInfo, bool]:
     ]
     cmd += server_args()
     with open(log_path, "ab") as log:
+        written = log.tell()
         proc = subprocess.Popen(
             cmd,
             stdout=log,
@@ -256,7 +267,11 @@ def _start(home: Path, startup_timeout: float) -> tuple[DevServerInfo, bool]:
         if exited or time.monotonic() > deadline:
             if not exited:
                 proc.kill()
-            elif port_open("127.0.0.1", port) or port_open("127.0.0.1", ui_port):
+            elif (
+                port_open("127.0.0.1", port)
+                or port_open("127.0.0.1", ui_port)
+                or "address already in use" in _log_tail(log_path, written)
+            ):
                 # it could not bind one of its ports: another server took it meanwhile
                 raise _PortTaken(
                     f"port {port} or {ui_port} was taken by another server as this one started"

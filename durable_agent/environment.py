@@ -11,6 +11,7 @@ import platform
 import subprocess
 from pathlib import Path
 
+from durable_agent.engine.memory import MemoryFile
 from durable_agent.engine.prompt import STATUS_LINES, Environment, GitContext
 
 GIT_SECONDS = 5.0
@@ -71,10 +72,29 @@ def claude_dir() -> Path:
 def memory(workspace: Path, sources: str | None = None) -> str:
     """The memory files' text for a session in `workspace` (`--setting-sources` chooses the
     levels: user, project, local; default all)."""
-    from durable_agent.engine.memory import load_memory, memory_text
+    from durable_agent.engine.memory import memory_text
 
-    wanted = setting_sources(sources)
-    return memory_text(load_memory(workspace, Path.home(), wanted, claude_dir()))
+    return memory_text(memory_files(workspace, sources))
+
+
+def memory_files(workspace: Path, sources: str | None = None) -> list[MemoryFile]:
+    """The memory files of a session in `workspace`, their imports expanded."""
+    from durable_agent.engine.memory import load_memory
+
+    return load_memory(workspace, Path.home(), setting_sources(sources), claude_dir())
+
+
+def memory_stamps(workspace: Path, files: list[MemoryFile]) -> dict[str, str]:
+    """The stamps of those inside the workspace (where the tools can look at them again)."""
+    from durable_agent.stamps import stamp
+
+    root = workspace.resolve()
+    stamps = {}
+    for one in files:
+        path = Path(one.path)
+        if path.resolve().is_relative_to(root) and (now := stamp(path)) is not None:
+            stamps[one.path] = now
+    return stamps
 
 
 def setting_sources(raw: str | None) -> frozenset[str]:

@@ -13,6 +13,8 @@ from typing import Final
 class Workflows:
     SESSION: Final = "SessionWorkflow"
     QUERY: Final = "QueryWorkflow"
+    SCHEDULED_PROMPT: Final = "ScheduledPromptWorkflow"
+    """What a session's cron job (a Temporal Schedule) starts at each firing."""
 
 
 class Activities:
@@ -29,6 +31,12 @@ class Activities:
     CHECKPOINT_WORKSPACE: Final = "checkpoint_workspace"
     BETWEEN_TURNS: Final = "between_turns"
     SUMMARIZE_TOOLS: Final = "summarize_tools"
+    DELETE_SCHEDULES: Final = "delete_schedules"
+    AGENT_REPORT: Final = "agent_report"
+    CONNECT_MCP_SERVERS: Final = "connect_mcp_servers"
+    CALL_MCP_TOOL: Final = "call_mcp_tool"
+    REFRESH_MCP_TOOLS: Final = "refresh_mcp_tools"
+    CLOSE_MCP_SESSION: Final = "close_mcp_session"
 
 
 class Signals:
@@ -39,6 +47,8 @@ class Signals:
     MODEL_RETRY: Final = "model_retry"
     MID_TURN_PROMPTS: Final = "mid_turn_prompts"
     """QueryWorkflow: prompts the session received while it runs."""
+    SCHEDULED_PROMPT: Final = "scheduled_prompt"
+    """SessionWorkflow: a cron job's prompt, to run between prompts."""
 
 
 class Queries:
@@ -57,6 +67,8 @@ class Updates:
     APPROVE_TOOL: Final = "approve_tool"
     HOOK_CALLBACK_RESULT: Final = "hook_callback_result"
     """QueryWorkflow: what the SDK's hook callbacks answered (unknown request ids rejected)."""
+    CANCEL_WAKEUP: Final = "cancel_wakeup"
+    """SessionWorkflow: drop a pending wake-up (unknown ids are rejected)."""
     CONFIGURE: Final = "configure"
     """SessionWorkflow: change the model or permission mode of the prompts that follow."""
     """QueryWorkflow: answer a waiting tool call (unknown or answered request ids are rejected)."""

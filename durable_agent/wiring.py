@@ -16,10 +16,13 @@ from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
+from activities.agents import AgentActivities
 from activities.compaction import CompactionActivities
 from activities.heartbeat import HEARTBEAT_INTERVAL_SECONDS
 from activities.hooks import HookActivities
+from activities.mcp import McpActivities
 from activities.model import ClientFactory, ModelActivities, default_client
+from activities.schedules import ScheduleActivities
 from activities.summaries import SummaryActivities
 from activities.tools import ToolActivities
 from activities.tools.environment import protect_worker_process
@@ -27,15 +30,17 @@ from activities.transcript import StoreActivities, TranscriptStore
 from activities.turns import TurnActivities
 from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue_of
 from durable_agent import telemetry
+from durable_agent.mcp.connections import McpConnections
 from durable_agent.paths import state_home
 from durable_agent.payloads import data_converter
 from durable_agent.store import open_store
 from durable_agent.warm import code_build_id
 from workflows.query import QueryWorkflow
+from workflows.schedules import ScheduledPromptWorkflow
 from workflows.session import SessionWorkflow
 
 DEFAULT_TASK_QUEUE = "durable-agent"
-WORKFLOWS = [SessionWorkflow, QueryWorkflow]
+WORKFLOWS = [SessionWorkflow, QueryWorkflow, ScheduledPromptWorkflow]
 
 
 def build_worker(
@@ -56,7 +61,10 @@ def build_worker(
     hosts = None
     if store.shared:
         hosts = WorkspaceHosts(store, host_queue_of(task_queue))
-    tools = ToolActivities(store, hosts, model.client)  # WebFetch asks the model's client
+    # WebFetch asks the model's client; the cron tools make Temporal client calls.
+    mcp = McpConnections()  # the MCP servers' connections of the sessions served here
+    tools = ToolActivities(store, hosts, model.client, temporal=client, mcp=mcp)
+    servers = McpActivities(mcp)
     stores = StoreActivities(store)
     hooks = HookActivities(store.local_transcript, store.hook_records, store.get_tool_result, hosts)
     place: list[Callable[..., Any]] = [
@@ -65,6 +73,9 @@ def build_worker(
         hooks.run_stop_hooks,
         hooks.run_hooks,
         TurnActivities(store, hosts).between_turns,
+        servers.connect_mcp_servers,
+        servers.refresh_mcp_tools,
+        servers.close_mcp_session,
     ]
     claim: list[Callable[..., Any]] = [WorkspaceActivities(hosts).claim_host] if hosts else []
     main = _worker(
@@ -77,6 +88,8 @@ def build_worker(
             stores.append_entry,
             stores.transcript_location,
             SummaryActivities(store, model.client).summarize_tools,
+            ScheduleActivities(client).delete_schedules,
+            AgentActivities(store).agent_report,
             *place,
             *claim,
         ],

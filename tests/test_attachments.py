@@ -78,6 +78,42 @@ def test_a_file_changed_outside_the_agent_is_noted_once_with_its_text(tmp_path):
     assert look(_req(ws, out.seen, check_changes=True), str(ws), [], home).context == []
 
 
+def test_a_file_touched_or_copied_again_unchanged_is_not_noted(tmp_path):
+    """Stamps are by content: a copy of the workspace made again on another host (other mtimes)
+    or a `touch` is no change to tell the model about."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("a = 1\n")
+    seen = look(_req(ws, SeenFiles()), str(ws), [("Read", {"file_path": "a.py"})], tmp_path).seen
+    os.utime(ws / "a.py", ns=(5, 5))
+    copy = tmp_path / "host-copy"
+    copy.mkdir()
+    (copy / "a.py").write_text("a = 1\n")
+    assert look(_req(ws, seen, check_changes=True), str(ws), [], tmp_path).context == []
+    assert look(_req(ws, seen, check_changes=True), str(copy), [], tmp_path).context == []
+
+
+def test_memory_files_are_watched_from_the_first_prompt(tmp_path):
+    """An edit of CLAUDE.md during a session is noted before the next prompt (its text in the
+    system prompt is the one read when the session started)."""
+    from durable_agent.engine.state import Attachments, QueryConfig
+    from durable_agent.environment import memory_files, memory_stamps
+    from workflows.query import first_seen
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "CLAUDE.md").write_text("RULE one")
+    files = memory_files(ws, "project")
+    stamps = memory_stamps(ws, files)
+    assert list(stamps) == [str(ws / "CLAUDE.md")]
+    cfg = QueryConfig(attachments=Attachments(changed_files=True, memory_stamps=stamps))
+    seen = first_seen(cfg)
+    (ws / "CLAUDE.md").write_text("RULE two")
+    (notice,) = look(_req(ws, seen, check_changes=True), str(ws), [], tmp_path).context
+    assert "CLAUDE.md was changed outside this session" in notice and "RULE two" in notice
+    assert first_seen(QueryConfig()).stamps == {}
+
+
 def test_the_watch_list_keeps_the_newest_files(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -106,6 +142,7 @@ def test_requests_carry_nested_memory_after_a_read_and_a_changed_file_notice(dev
     (ws / "pkg").mkdir(parents=True)
     (ws / "pkg" / "CLAUDE.md").write_text("PKG-RULE: use tabs in pkg")
     (ws / "pkg" / "mod.py").write_text("value = 1\n")
+    (ws / "CLAUDE.md").write_text("ROOT-RULE first")
     turns = [
         tool_turn([("r1", "Read", {"file_path": str(ws / "pkg" / "mod.py")})]),
         tool_turn([("r2", "Read", {"file_path": str(ws / "pkg" / "mod.py")})]),
@@ -127,6 +164,7 @@ def test_requests_carry_nested_memory_after_a_read_and_a_changed_file_notice(dev
 
         first = run("read pkg/mod.py")
         (ws / "pkg" / "mod.py").write_text("value = 2  # CHANGED-BY-USER\n")
+        (ws / "CLAUDE.md").write_text("ROOT-RULE second")  # read again by the resuming CLI
         run("and now?", "--resume", first["session_id"])
         run("again?", "--resume", first["session_id"])
     bodies = _bodies(server)
@@ -142,3 +180,6 @@ def test_requests_carry_nested_memory_after_a_read_and_a_changed_file_notice(dev
     notice = prompt[-1]["text"]
     assert "pkg/mod.py was changed outside this session" in notice and "CHANGED-BY-USER" in notice
     assert json.dumps(server.requests[4]["messages"][-1]).count("changed outside") == 0
+    # The resuming CLI put the edited CLAUDE.md in the system prompt: not a change to note.
+    assert "ROOT-RULE second" in json.dumps(server.requests[3]["system"])
+    assert "ROOT-RULE" not in json.dumps(server.requests[3]["messages"])

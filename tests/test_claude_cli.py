@@ -159,7 +159,8 @@ def test_max_budget_usd_stops_the_prompt(dev_env, tmp_path):
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
-        (["--mcp-config", "servers.json"], "--mcp-config is not supported"),
+        (["--mcp-config", "servers.json"], "--mcp-config servers.json: no such file"),
+        (["--json-schema", "{}"], "--json-schema is not supported"),
         (["--fork-session"], "--fork-session forks the session of --resume or --continue"),
         (["--frobnicate"], "unknown option --frobnicate"),
         (["--session-id", "nope"], "--session-id 'nope' is not a UUID"),

@@ -67,6 +67,7 @@ def test_transition_and_terminal_names_are_the_public_contract():
         "collapse_drain_retry",
         "max_output_tokens_escalate",
         "max_output_tokens_recovery",
+        "background_agent_reports",
     }
     assert {t.value for t in Terminal} == {
         "completed",
@@ -169,7 +170,7 @@ def test_a_flat_config_from_an_old_history_validates_to_the_same_values():
     added["max_budget_usd"] = None
     added["web_search"] = {"allowed_domains": [], "blocked_domains": [], "max_uses": 8}  # on
     added.update(environment=None, memory="", attachments=None, skills=[])
-    added["tool_summaries"] = False
+    added.update(tool_summaries=False, agent_depth=0, agents=[], mcp_servers=[], mcp_tools=[])
     assert _leaves(cfg) == {**expected, "eager_tools": "none", **added}
     assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "none"
     assert QueryConfig(eager_tools="all").call.eager_tools == "all"

@@ -11,6 +11,7 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.contracts import (
+        AgentReportInput,
         AppendEntryInput,
         AppendEntryOutput,
         BetweenTurnsInput,
@@ -37,6 +38,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.engine.hooks import HookEventInput, HookEventResult
     from durable_agent.engine.state import ModelCallConfig, QueryConfig
+    from durable_agent.mcp.contracts import (
+        CloseMcpInput,
+        CloseMcpOutput,
+        ConnectMcpInput,
+        McpServersOutput,
+        RefreshMcpToolsInput,
+    )
     from durable_agent.names import Activities
 
 WAIT_FOR_CANCELLATION_PATCH = "interrupt-waits-for-cancellation-v1"
@@ -137,6 +145,57 @@ def between_turns(
         start_to_close_timeout=timedelta(seconds=60),
         retry_policy=BETWEEN_TURNS_RETRY,
         summary="look at the files between turns",
+    )
+
+
+MCP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+
+
+def connect_mcp(req: ConnectMcpInput) -> Awaitable[McpServersOutput]:
+    """Start or reach the session's MCP servers; a server that cannot be reached is a status."""
+    return workflow.execute_activity(
+        Activities.CONNECT_MCP_SERVERS,
+        req,
+        result_type=McpServersOutput,
+        start_to_close_timeout=timedelta(minutes=3),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=MCP_RETRY,
+        summary="connect the MCP servers",
+    )
+
+
+def refresh_mcp(req: RefreshMcpToolsInput) -> Awaitable[McpServersOutput]:
+    return workflow.execute_activity(
+        Activities.REFRESH_MCP_TOOLS,
+        req,
+        result_type=McpServersOutput,
+        start_to_close_timeout=timedelta(minutes=3),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=MCP_RETRY,
+        summary="the MCP servers' changed tool lists",
+    )
+
+
+def close_mcp(req: CloseMcpInput) -> Awaitable[CloseMcpOutput]:
+    return workflow.execute_activity(
+        Activities.CLOSE_MCP_SESSION,
+        req,
+        result_type=CloseMcpOutput,
+        start_to_close_timeout=timedelta(seconds=60),
+        retry_policy=MCP_RETRY,
+        summary="close the MCP connections",
+    )
+
+
+def agent_report(req: AgentReportInput) -> Awaitable[RunToolOutput]:
+    """Reads the sub-agent's last answer from the store, stores it as the parent's result."""
+    return workflow.execute_activity(
+        Activities.AGENT_REPORT,
+        req,
+        result_type=RunToolOutput,
+        start_to_close_timeout=STORE_TIMEOUT,
+        retry_policy=STORE_RETRY,
+        summary="the agent's report",
     )
 
 

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         ProgressEvent,
         ProgressKind,
+        QueryConfig,
         QueryResult,
         SeenFiles,
         State,
@@ -77,9 +78,11 @@ with workflow.unsafe.imports_passed_through():
         PRE_TOOL_USE,
         feedback_text,
     )
+    from durable_agent.engine.tools import AgentInput, ToolName
     from durable_agent.names import Queries, Signals, Updates, Workflows
     from workflows import activity_options as steps
 
+from workflows.agents import SubAgents
 from workflows.approvals import Approvals
 from workflows.compaction import Compaction
 from workflows.failures import duration, error_type, model_error, tool_failure
@@ -92,6 +95,7 @@ from workflows.hook_runs import (
 )
 from workflows.hosting import HOST_LOST_FEEDBACK, Hosting
 from workflows.loop_context import LoopContext, _Interrupted
+from workflows.schedules import keep_scheduled
 from workflows.streaming_tools import CallNotes, StreamingToolExecutor
 
 __all__ = [
@@ -134,6 +138,31 @@ after a bad deploy above all, keeps retrying, so that a fixed worker can carry t
 `status` shows such a workflow."""
 
 
+def parsed_agent(tool_input: dict[str, Any]) -> AgentInput | None:
+    """A PreToolUse hook's updatedInput for an Agent call (None: not valid)."""
+    try:
+        return AgentInput.model_validate(tool_input)
+    except ValueError:
+        return None
+
+
+def mcp_route(cfg: QueryConfig, name: str) -> dict[str, Any]:
+    """An MCP tool's server and its own name for the tool (none for our tools)."""
+    if not name.startswith("mcp__"):
+        return {}
+    tool = next((t for t in cfg.call.mcp_tools if t.name == name), None)
+    server = next((s for s in cfg.mcp_servers if tool and s.name == tool.server), None)
+    if tool is None or server is None:
+        return {}
+    return {"mcp_server": server, "mcp_tool": tool.tool}
+
+
+def first_seen(cfg: QueryConfig) -> SeenFiles:
+    """A session's first prompt watches the memory files its system prompt holds."""
+    wanted = cfg.attachments
+    return SeenFiles(stamps=dict(wanted.memory_stamps) if wanted is not None else {})
+
+
 @workflow.defn(name=Workflows.QUERY, failure_exception_types=BUG_EXCEPTION_TYPES)
 class QueryWorkflow:
     """The prompt's state is `self._ctx.state` alone (carried whole across continue-as-new); the
@@ -150,7 +179,7 @@ class QueryWorkflow:
                 context_tokens=inp.context_tokens,
                 session_grants=tuple(inp.session_grants),
                 turn_count=0,
-                seen=inp.seen or SeenFiles(),
+                seen=inp.seen or first_seen(inp.config),
                 todos=tuple(inp.todos),
             )
         else:
@@ -161,7 +190,7 @@ class QueryWorkflow:
                 ),
                 context_tokens=inp.context_tokens + estimate_text_tokens(inp.prompt),
                 session_grants=tuple(inp.session_grants),
-                seen=inp.seen or SeenFiles(),
+                seen=inp.seen or first_seen(inp.config),
                 todos=tuple(inp.todos),
             )
         self._ctx = LoopContext(inp, state)
@@ -171,6 +200,7 @@ class QueryWorkflow:
         self._hooks = HookRuns(self._ctx, self._hosting)
         self._approvals = Approvals(self._ctx, self._hooks)
         self._compaction = Compaction(self._ctx, self._hooks)
+        self._agents = SubAgents(self._ctx, self._hooks, self._hosting)
         self._summaries: list[str] = []
         self._summarizing: list[asyncio.Future[None]] = []
 
@@ -181,7 +211,7 @@ class QueryWorkflow:
         budget = token_budget(self._ctx.cfg, inp.prompt)
         if inp.state is None and inp.compact:
             await self._compaction.manual(inp.prompt)
-        elif inp.state is None:
+        elif inp.state is None and inp.config.agent_depth == 0:  # a sub-agent's is no prompt
             await self._hooks.prompt_hooks(inp.prompt)
             await self._changed_files()
         while True:
@@ -208,6 +238,8 @@ class QueryWorkflow:
                     await self._run_tools()
                 case StopHooks():
                     await self._hooks.stop_hooks()
+                case Finish() if self._agents.busy or self._agents.reports:
+                    await self._background_reports(step)
                 case Finish():
                     return await self._finish(step)
                 case _:
@@ -229,6 +261,7 @@ class QueryWorkflow:
         self._ctx.interrupt()
         for executor in self._executors.values():
             executor.interrupt()
+        self._agents.interrupt()
 
     @workflow.signal(name=Signals.TOOL_USE_READY)
     def tool_use_ready(self, ready: ToolReady) -> None:
@@ -401,7 +434,8 @@ class QueryWorkflow:
         stop = next((said.stop for _, said in notes if said.stop is not None), None)
         ran = [call for call, said in notes if said.denial is None]
         self._keep_todos(ran)
-        context = await self._between_turns(ran)
+        keep_scheduled(self._ctx, ran)
+        context = [*await self._between_turns(ran), *self._agents.take_reports()]
         mid_turn = self._ctx.state.mid_turn if stop is None else ()
         if mid_turn:
             self._ctx.state = self._ctx.state.model_copy(update={"mid_turn": ()})
@@ -449,6 +483,29 @@ class QueryWorkflow:
                 task.cancel()
             running = []
         self._summarizing = running
+
+    async def _background_reports(self, step: Finish) -> None:
+        """Claude finished while its background agents run: their reports, as they come, are
+        a new user entry and it goes on; once none is left, the prompt ends as it would have."""
+        if step.terminal != Terminal.COMPLETED:
+            self._agents.interrupt()  # an interrupt, a limit, an error: no new turn
+            await workflow.wait_condition(lambda: not self._agents.busy)
+            self._agents.take_reports()
+            return
+        reports = await self._agents.wait_for_reports()
+        if not reports:
+            return  # all done, their reports given: the prompt ends at the next step
+        state = self._ctx.state
+        pending = PendingUser(
+            uuid=str(workflow.uuid4()), parent_uuid=state.head_uuid, prompt="\n\n".join(reports)
+        )
+        added = estimate_text_tokens(pending.prompt or "")
+        self._ctx.state = state.next(
+            Transition.BACKGROUND_AGENT_REPORTS,
+            pending=pending,
+            context_tokens=state.context_tokens + added,
+            notice="continuing: background agent reports",
+        )
 
     def _keep_todos(self, ran: list[ToolCall]) -> None:
         """The list of the batch's last TodoWrite that ran becomes the session's, and is shown."""
@@ -540,8 +597,15 @@ class QueryWorkflow:
                 sandbox=cfg.sandbox,
                 env=hooks.settings_env(),
                 input_override=tool_input,
+                **mcp_route(cfg, call.name),
             )
-            output = await self._run_tool(req, call)
+            agent = call.agent if tool_input is None else parsed_agent(tool_input)
+            if call.name == ToolName.AGENT and agent is not None:
+                output = await self._agents.run(call, agent, run_id)
+            elif call.name == ToolName.TASK_STOP and call.task_stop is not None:
+                output = await self._agents.stop(call, call.task_stop)
+            else:
+                output = await self._run_tool(req, call)
             event = POST_TOOL_USE_FAILURE if output.is_error else POST_TOOL_USE
             post = hooks.tool_handlers(event, call.name)
             if post:
@@ -646,4 +710,6 @@ class QueryWorkflow:
             seen=state.seen,
             todos=list(state.todos),
             absorbed=list(state.absorbed),
+            wakeups=list(state.wakeups),
+            cron_jobs=list(state.cron_jobs),
         )

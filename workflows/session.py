@@ -24,17 +24,23 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_agent.engine.hooks import HookEventInput, hooks_for
     from durable_agent.engine.messages import Usage
+    from durable_agent.engine.schedules import MAX_CRON_JOBS, ScheduledPrompt, add_wakeups
     from durable_agent.engine.settings import without_env_values
     from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryResult
     from durable_agent.engine.tool_hooks import tool_hook_settings, with_sdk_hooks
+    from durable_agent.mcp.contracts import CloseMcpInput, ConnectMcpInput, RefreshMcpToolsInput
     from durable_agent.names import Activities, Queries, Signals, Updates, Workflows
     from workflows.activity_options import (
         STORE_RETRY,
         STORE_TIMEOUT,
+        close_mcp,
+        connect_mcp,
         end_session_processes,
+        refresh_mcp,
         run_hooks,
     )
     from workflows.query import QueryWorkflow
+    from workflows.schedules import end_schedules, wait_idle
 
 
 MID_TURN_PATCH = "mid-turn-prompts-v1"
@@ -47,6 +53,15 @@ MAX_QUEUED_PROMPTS = 20
 
 def query_workflow_id(session_id: str, index: int) -> str:
     return f"{session_id}-q{index}"
+
+
+def _summary(req: PromptRequest) -> str:
+    """The prompt's workflow as the Web UI lists it."""
+    if req.compact:
+        return f"/compact {req.prompt}"[:200]
+    if req.scheduled is not None:
+        return f"[{req.scheduled}] {req.prompt}"[:200]
+    return req.prompt[:200]
 
 
 @workflow.defn(name=Workflows.SESSION)
@@ -62,6 +77,7 @@ class SessionWorkflow:
         self._transcript_path = ""
         self._config = inp.config
         self._passing: asyncio.Future[None] | None = None
+        self._close_when_idle = inp.close_when_idle
 
     @workflow.update(name=Updates.SUBMIT_PROMPT)
     def submit_prompt(self, req: PromptRequest) -> PromptAccepted:
@@ -135,6 +151,33 @@ class SessionWorkflow:
                 # and the session must not fail over it.
                 workflow.logger.info("interrupt arrived after %s ended", self._running)
 
+    @workflow.signal(name=Signals.SCHEDULED_PROMPT)
+    def scheduled_prompt(self, sent: ScheduledPrompt) -> None:
+        """A cron job fired: its prompt is queued, to run between prompts (dropped when the
+        session is closed or full, or while the job's last prompt still waits)."""
+        state = self._state
+        if state.closed or len(state.queued) >= MAX_QUEUED_PROMPTS:
+            workflow.logger.info("prompt of job %s dropped: session closed or full", sent.job_id)
+        elif not sent.prompt.strip() or len(sent.prompt) > MAX_PROMPT_CHARS:
+            workflow.logger.info("prompt of job %s dropped: empty or too long", sent.job_id)
+        elif all(req.scheduled != sent.job_id for req in state.queued):
+            state.queued.append(PromptRequest(prompt=sent.prompt, scheduled=sent.job_id))
+
+    @workflow.update(name=Updates.CANCEL_WAKEUP)
+    def cancel_wakeup(self, wakeup_id: str) -> str:
+        """Drop a pending wake-up: its prompt never runs."""
+        state = self._state
+        gone = next(w for w in state.wakeups if w.id == wakeup_id)
+        state.wakeups = [w for w in state.wakeups if w.id != wakeup_id]
+        return f"wake-up {wakeup_id} cancelled ({gone.reason})"
+
+    @cancel_wakeup.validator
+    def _pending_wakeup(self, wakeup_id: str) -> None:
+        pending = [w.id for w in self._state.wakeups]
+        if wakeup_id not in pending:
+            listed = f"pending: {', '.join(pending)}" if pending else "none is pending"
+            raise ValueError(f"no wake-up {wakeup_id} in this session ({listed})")
+
     @workflow.signal(name=Signals.CLOSE)
     def close(self) -> None:
         """End the session once the running prompt (if any) finishes."""
@@ -157,6 +200,9 @@ class SessionWorkflow:
             settings=without_env_values(self._config.settings),
             session_grants=list(state.session_grants),
             todos=list(state.todos),
+            mcp=list(state.mcp or []),
+            wakeups=list(state.wakeups),
+            close_when_idle=self._close_when_idle,
         )
 
     @workflow.query(name=Queries.TRANSCRIPT_PATH)
@@ -174,14 +220,10 @@ class SessionWorkflow:
         )
         state = self._state
         runs_here = 0
+        if self._config.mcp_servers and state.mcp is None:
+            await self._mcp_tools()  # at once: the front-end's init lists them, with status
         while True:
-            await workflow.wait_condition(
-                lambda: (
-                    bool(state.queued)
-                    or state.closed
-                    or (inp.close_when_idle and state.queries > 0)
-                )
-            )
+            await wait_idle(state, inp.close_when_idle)
             if not state.queued:
                 break
             if runs_here >= inp.queries_per_run or workflow.info().is_continue_as_new_suggested():
@@ -206,8 +248,47 @@ class SessionWorkflow:
                 await end_session_processes(ending, host)
             except ActivityError as exc:  # its workspace's host is gone, and its processes
                 workflow.logger.warning("could not end the session's processes: %s", exc)
+        await end_schedules(self._session_id, state)
+        if self._config.mcp_servers and state.mcp is not None:
+            try:  # this worker's connections (another worker's close with its process)
+                await close_mcp(CloseMcpInput(session_id=self._session_id))
+            except ActivityError as exc:
+                workflow.logger.warning("could not close the MCP connections: %s", exc)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.status()
+
+    async def _mcp_tools(self) -> None:
+        """The MCP servers' tools for the next prompt: connected the first time (each server's
+        status recorded), then only the lists a server said changed (`tools/list_changed`)
+        listed again. A failure costs the tools, not the prompt."""
+        state, cfg = self._state, self._config
+        try:
+            if state.mcp is None:
+                out = await connect_mcp(
+                    ConnectMcpInput(
+                        session_id=self._session_id,
+                        servers=cfg.mcp_servers,
+                        workspace=cfg.workspace,
+                    )
+                )
+                state.mcp = out.servers
+            else:
+                out = await refresh_mcp(
+                    RefreshMcpToolsInput(
+                        session_id=self._session_id,
+                        servers=cfg.mcp_servers,
+                        workspace=cfg.workspace,
+                    )
+                )
+                fresh = {s.name: s for s in out.servers}
+                state.mcp = [fresh.pop(s.name, s) for s in state.mcp] + list(fresh.values())
+        except ActivityError as exc:
+            workflow.logger.warning("MCP servers could not be reached: %s", exc)
+            if state.mcp is None:
+                state.mcp = []
+        tools = [t for server in state.mcp if server.status == "connected" for t in server.tools]
+        call = cfg.call.model_copy(update={"mcp_tools": tools})
+        self._config = cfg.model_copy(update={"call": call})
 
     async def _session_end_hooks(self) -> None:
         """SessionEnd hooks of the settings snapshot (they observe; nothing they say counts)."""
@@ -239,6 +320,8 @@ class SessionWorkflow:
         child_id = query_workflow_id(self._session_id, index)
         # Counted before the start is awaited: an Update accepted meanwhile numbers after it.
         state.queries = index
+        if self._config.mcp_servers:  # (a config field older histories do not have)
+            await self._mcp_tools()
         config = self._config
         if req.checkpoint_id is not None and state.workspace is not None:
             state.workspace = state.workspace.model_copy(
@@ -262,7 +345,7 @@ class SessionWorkflow:
                 todos=state.todos,
             ),
             id=child_id,
-            static_summary=f"/compact {req.prompt}"[:200] if req.compact else req.prompt[:200],
+            static_summary=_summary(req),
             execution_timeout=timedelta(days=30),
         )
         self._running = child_id
@@ -285,6 +368,11 @@ class SessionWorkflow:
                 state.seen = result.seen
             if result.todos is not None:
                 state.todos = result.todos
+            if result.wakeups:
+                state.wakeups = add_wakeups(state.wakeups, result.wakeups)
+            if result.cron_jobs:
+                jobs = [j for j in state.cron_jobs if j not in result.cron_jobs]
+                state.cron_jobs = [*jobs, *result.cron_jobs][-MAX_CRON_JOBS:]
             if result.absorbed:
                 await self._answer_absorbed(result)
         finally:

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from durable_agent.engine.messages import ImageBlock, TextBlock, ToolResultBlock
+
 MAX_OUTPUT_CHARS = 30_000
 """Longer output keeps its head and tail around a truncation marker."""
 
@@ -26,6 +28,13 @@ def no_nul(value: str, field: str) -> None:
 class ToolOutput:
     content: str
     is_error: bool = False
+    blocks: tuple[TextBlock | ImageBlock, ...] = ()
+    """The result as content blocks, when it holds more than text (an MCP tool's images);
+    `content` is then its text."""
+
+    def result(self, tool_use_id: str) -> ToolResultBlock:
+        content = list(self.blocks) if self.blocks else self.content
+        return ToolResultBlock(tool_use_id=tool_use_id, content=content, is_error=self.is_error)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 from opentelemetry.trace import Span
 from pydantic import ValidationError
 from temporalio import activity
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
@@ -27,6 +28,7 @@ from activities.tools.links import FILE_TOOLS, judged_at
 from activities.tools.notebook_edit import run_notebook_edit
 from activities.tools.read import run_read
 from activities.tools.sandbox import SandboxUnavailable, policy_for
+from activities.tools.schedule import CronTools, run_cron_elsewhere, run_schedule_wakeup
 from activities.tools.skill import run_skill
 from activities.tools.todo import run_todo_write
 from activities.tools.web_fetch import ModelClient, run_web_fetch, run_web_fetch_alone
@@ -41,7 +43,7 @@ from durable_agent.engine.contracts import (
     RunToolInput,
     RunToolOutput,
 )
-from durable_agent.engine.messages import ToolResultBlock, ToolUseBlock
+from durable_agent.engine.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from durable_agent.engine.permissions import (
     Behavior,
     PermissionContext,
@@ -49,10 +51,25 @@ from durable_agent.engine.permissions import (
     check,
     read_denied,
 )
-from durable_agent.engine.tools import TOOL_SPECS, BashInput, ToolName, WebFetchInput
+from durable_agent.engine.tools import (
+    TOOL_SPECS,
+    BashInput,
+    CronCreateInput,
+    CronDeleteInput,
+    CronListInput,
+    ToolName,
+    WebFetchInput,
+)
+from durable_agent.mcp.connections import McpConnections
 from durable_agent.names import Activities
 
 ToolImpl = Callable[[Any, Workspace], Awaitable[ToolOutput]]
+
+
+async def run_agent_elsewhere(args: Any, ws: Workspace) -> ToolOutput:
+    """A valid Agent call is a child workflow (workflows/agents.py), never this activity."""
+    return ToolOutput("The Agent tool could not start the agent here.", is_error=True)
+
 
 TOOL_IMPLS: dict[str, ToolImpl] = {
     ToolName.READ: run_read,
@@ -62,11 +79,20 @@ TOOL_IMPLS: dict[str, ToolImpl] = {
     ToolName.GREP: run_grep,
     ToolName.GLOB: run_glob,
     ToolName.TODO_WRITE: run_todo_write,
+    ToolName.AGENT: run_agent_elsewhere,
+    ToolName.TASK_STOP: run_agent_elsewhere,
     ToolName.WEB_FETCH: run_web_fetch_alone,
     ToolName.NOTEBOOK_EDIT: run_notebook_edit,
     ToolName.SKILL: run_skill,
+    ToolName.SCHEDULE_WAKEUP: run_schedule_wakeup,
+    ToolName.CRON_CREATE: run_cron_elsewhere,
+    ToolName.CRON_LIST: run_cron_elsewhere,
+    ToolName.CRON_DELETE: run_cron_elsewhere,
 }
 PREVIEW_CHARS = 120
+MCP_CALL_SECONDS = 600.0
+"""An MCP call that takes longer is an error result (MCP_TOOL_TIMEOUT in Claude Code)."""
+MCP_OUTPUT_TOKENS = 25_000
 
 
 def _validation_message(name: str, exc: ValidationError) -> str:
@@ -84,11 +110,12 @@ async def execute_tool(
     permissions: PermissionContext | None = None,
     sandbox: SandboxSpec | None = None,
     model_client: ModelClient | None = None,
+    cron: CronTools | None = None,
 ) -> ToolOutput:
     """Run one tool; every failure becomes an error output, never an exception. With
     `permissions`, what its Read deny rules cover is left out of search results; with
     `sandbox`, Bash runs under bubblewrap; WebFetch asks its small model through
-    `model_client`."""
+    `model_client`; the cron tools manage the session's jobs through `cron`."""
     spec = TOOL_SPECS.get(name)
     impl = TOOL_IMPLS.get(name)
     if spec is None or impl is None:
@@ -109,6 +136,8 @@ async def execute_tool(
             return await run_bash(args, ws, policy)
         if isinstance(args, WebFetchInput):
             return await run_web_fetch(args, model_client, permissions)
+        if isinstance(args, CronCreateInput | CronListInput | CronDeleteInput) and cron:
+            return await cron.run(args)
         return await impl(args, ws)
     except ToolError as exc:
         return ToolOutput(str(exc), is_error=True)
@@ -209,8 +238,14 @@ class ToolActivities:
         store: TranscriptStore,
         hosts: WorkspaceHosts | None = None,
         model_client: ModelClient | None = None,
+        temporal: Client | None = None,
+        mcp: McpConnections | None = None,
     ) -> None:
         self.store = store
+        self.mcp = mcp
+        """This worker's MCP connections (one per session and server), for MCP tools."""
+        self.temporal = temporal
+        """The worker's client, for the cron tools (None: they answer that they cannot run)."""
         self.hosts = hosts
         """This worker's copies of travelling workspaces (a shared store), None without one."""
         self.model_client = model_client
@@ -221,11 +256,29 @@ class ToolActivities:
         to this same process while the tool still runs: it waits for it, never kills it."""
         self._recording: set[asyncio.Future[None]] = set()
 
+    async def _call_mcp(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
+        """An MCP tool: through this worker's connection to its server (opened if need be)."""
+        assert req.mcp_server is not None and req.mcp_tool is not None
+        if self.mcp is None:
+            return ToolOutput("This worker has no MCP connections.", is_error=True)
+        out = await self.mcp.call_tool(
+            req.session_id, req.mcp_server, req.mcp_tool, dict(block.input),
+            MCP_CALL_SECONDS, req.workspace, MCP_OUTPUT_TOKENS,
+        )  # fmt: skip
+        if out.notice:
+            activity.logger.warning("MCP server %s: %s", req.mcp_server.name, out.notice)
+        text = "\n".join(b.text for b in out.content if isinstance(b, TextBlock))
+        plain = all(isinstance(b, TextBlock) for b in out.content)
+        blocks = () if plain else tuple(out.content)
+        return ToolOutput(text or "(no output)", is_error=out.is_error, blocks=blocks)
+
     async def _execute(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
         overflow = (self.store.overflow_dir(req.session_id),)
         await off_loop(self.store.fetch_overflow, req.session_id)
-        task = asyncio.ensure_future(
-            execute_tool(
+        if req.mcp_server is not None:
+            running = self._call_mcp(req, block)
+        else:
+            running = execute_tool(
                 block.name,
                 block.input,
                 req.workspace,
@@ -233,12 +286,18 @@ class ToolActivities:
                 req.permissions,
                 req.sandbox,
                 self.model_client,
+                self._cron_tools(req),
             )
-        )
+        task = asyncio.ensure_future(running)
         tag = _run_tag(req)
         self._live[tag] = task
         task.add_done_callback(lambda done: self._forget(tag, done))
         return await self._await_execution(req, task)
+
+    def _cron_tools(self, req: RunToolInput) -> CronTools | None:
+        if self.temporal is None:
+            return None
+        return CronTools(self.temporal, req.session_id, req.tool_use_id)
 
     async def _await_execution(
         self, req: RunToolInput, task: asyncio.Task[ToolOutput]
@@ -267,9 +326,7 @@ class ToolActivities:
         if task.cancelled() or task.exception() is not None:
             return
         output = task.result()
-        result = ToolResultBlock(
-            tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
-        )
+        result = output.result(req.tool_use_id)
         saving = asyncio.ensure_future(
             off_loop(self.store.put_tool_result, req.session_id, result, req.run_id)
         )
@@ -302,9 +359,7 @@ class ToolActivities:
             if isinstance(ran, ToolResultBlock):  # the earlier attempt's own, recorded result
                 return _output(req, ran)
             output = ran
-        result = ToolResultBlock(
-            tool_use_id=req.tool_use_id, content=output.content, is_error=output.is_error
-        )
+        result = output.result(req.tool_use_id)
         try:
             await off_loop(self.store.put_tool_result, req.session_id, result, req.run_id)
         except (StoreError, OSError) as exc:  # a full disk, a read-only store, ...

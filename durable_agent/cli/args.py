@@ -418,7 +418,53 @@ def parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--json", action="store_true", help="one JSON array")
     listing.add_argument("--limit", type=_positive, default=50, help="at most N (default 50)")
+    _schedule_parser(sub)
     return p
+
+
+def _schedule_parser(sub: Any) -> None:
+    """`schedule add|list|delete`: a session's cron jobs (Temporal Schedules) and wake-ups."""
+    schedule = sub.add_parser(
+        "schedule",
+        help="recurring prompts for a running session (cron), and its wake-ups",
+        description="A cron job sends its prompt to a running session at every match of a "
+        "5-field cron expression (this machine's local time); the session runs it between "
+        "prompts. Jobs live in Temporal (they survive restarts) and end with their session. "
+        "Claude creates them with CronCreate and wakes the session later with ScheduleWakeup; "
+        "`status` shows both.",
+    )
+    actions = schedule.add_subparsers(dest="schedule_command", metavar="ACTION", required=True)
+    add = actions.add_parser(
+        "add",
+        help="send PROMPT to SESSION at every match of --cron",
+        description="Send PROMPT to SESSION (running) at every match of the cron expression; "
+        "recurring jobs end after 7 days, --once ones after their first run.",
+    )
+    add.add_argument("session_id", metavar="SESSION")
+    add.add_argument(
+        "--cron",
+        required=True,
+        metavar="EXPR",
+        help='minute hour day-of-month month day-of-week, e.g. "7 * * * *" (hourly at :07)',
+    )
+    add.add_argument("prompt", help="what the session is asked each time")
+    add.add_argument("--once", action="store_true", help="run once, at the next match")
+    listing = actions.add_parser(
+        "list",
+        help="cron jobs (of SESSION, with its wake-ups; or of every session)",
+        description="The cron jobs of SESSION and its pending wake-ups, or the jobs of every "
+        "session: id, schedule, next run, prompt.",
+    )
+    listing.add_argument("session_id", nargs="?", metavar="SESSION")
+    listing.add_argument("--json", action="store_true", help="one JSON object")
+    delete = actions.add_parser(
+        "delete",
+        help="cancel a cron job or a pending wake-up by its id",
+        description="Cancel the cron job ID (8 hex digits, as `schedule list` shows it), or "
+        "the pending wake-up ID (w and 7 hex digits) of SESSION.",
+    )
+    delete.add_argument("id", metavar="ID")
+    delete.add_argument("session_id", nargs="?", metavar="SESSION", help="needed for a wake-up")
 
 
 def warm_env() -> str:
@@ -584,4 +630,23 @@ def _permission_options(p: argparse.ArgumentParser) -> None:
         "--setting-sources",
         metavar="LIST",
         help="which settings files to read: a comma list of user, project, local (default: all)",
+    )
+    g.add_argument(
+        "--mcp-config",
+        metavar="FILE_OR_JSON",
+        action="append",
+        default=[],
+        help='MCP servers: a file or JSON text {"mcpServers": {NAME: {"command": ..., "args": '
+        '[...]} or {"type": "http", "url": ...}}} (repeatable); besides .mcp.json and settings',
+    )
+    g.add_argument(
+        "--strict-mcp-config",
+        action="store_true",
+        help="use only the --mcp-config servers (not .mcp.json nor settings)",
+    )
+    g.add_argument(
+        "--agents",
+        metavar="JSON",
+        help='sub-agents for the Agent tool, beside .claude/agents/*.md: {"name": '
+        '{"description": "...", "prompt": "...", "tools": ["Read"], "model": "haiku"}}',
     )

@@ -52,6 +52,7 @@ from durable_agent.cli.sessions import (
 )
 from durable_agent.cli.travel import Travel, bring_back, checkpoint_here, sync, upload
 from durable_agent.cli.watching import query_result, watch
+from durable_agent.engine.agents import with_built_in
 from durable_agent.engine.contracts import (
     ApprovalAnswer,
     ApprovalRequest,
@@ -71,10 +72,12 @@ from durable_agent.engine.state import (
     ProgressKind,
     QueryConfig,
     QueryResult,
+    SeenFiles,
     Terminal,
 )
 from durable_agent.engine.tool_hooks import result_field
 from durable_agent.engine.web_search import WEB_SEARCH, offered
+from durable_agent.mcp.contracts import McpServerState, McpStatus
 from durable_agent.names import Queries, Signals, Updates, Workflows
 
 CLAUDE_CODE_VERSION = "2.1.332"
@@ -82,11 +85,8 @@ CLAUDE_CODE_VERSION = "2.1.332"
 `system/init` reports as `claude_code_version`, which the Agent SDK checks)."""
 
 UNSUPPORTED = {
-    "--mcp-config": "MCP servers are not supported yet",
-    "--strict-mcp-config": "MCP servers are not supported yet",
     "--system-prompt-file": "pass the text with --system-prompt",
     "--append-system-prompt-file": "pass the text with --append-system-prompt",
-    "--agents": "sub-agents are not supported yet",
     "--plugin-dir": "plugins are not supported",
     "--json-schema": "structured output is not supported yet",
     "--betas": "beta headers are not supported",
@@ -208,7 +208,7 @@ class Out:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 
-    def init(self, config: QueryConfig) -> None:
+    def init(self, config: QueryConfig, mcp: list[McpServerState] | None = None) -> None:
         perms = config.call.permissions
         self.line(
             {
@@ -220,14 +220,14 @@ class Out:
                     *config.call.tools,
                     *([WEB_SEARCH] if offered(config.call.web_search, perms) else []),
                 ],
-                "mcp_servers": [],
+                "mcp_servers": [{"name": s.name, "status": s.status.value} for s in mcp or []],
                 "model": config.model,
                 "permissionMode": perms.mode.value if perms else "default",
                 "slash_commands": ["compact"],
                 "apiKeySource": "none",
                 "claude_code_version": CLAUDE_CODE_VERSION,
                 "output_style": "default",
-                "agents": [],
+                "agents": [a.name for a in with_built_in(config.call.agents)],
                 "skills": [],
                 "plugins": [],
                 "uuid": str(uuid.uuid4()),
@@ -745,7 +745,7 @@ async def cmd_claude(argv: list[str]) -> int:
             lines.partial = StreamTail(store, out)
             stack.push_async_callback(lines.partial.stop)
         follower = asyncio.ensure_future(front.follow(lines))
-        out.init(config)
+        out.init(config, await mcp_states(handle, config))
         if args.input_format == "text":
             await front.submit(prompt)
         else:
@@ -767,6 +767,29 @@ async def cmd_claude(argv: list[str]) -> int:
     return 0 if last is not None and last.terminal == Terminal.COMPLETED else 1
 
 
+async def mcp_states(handle: WorkflowHandle[Any, Any], config: QueryConfig) -> list[McpServerState]:
+    """The session's MCP servers as it connected them (their status for the init line); it
+    connects them as it starts: a few seconds for a server that starts slowly."""
+    if not config.mcp_servers:
+        return []
+    deadline = time.monotonic() + MCP_CONNECT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            status = await asyncio.wait_for(
+                handle.query(Queries.STATUS, result_type=SessionStatus), 10
+            )
+        except (RPCError, TimeoutError):
+            status = None
+        if status is not None and status.mcp:
+            return status.mcp
+        await asyncio.sleep(0.2)
+    return [
+        McpServerState(name=s.name, status=McpStatus.FAILED, error="no answer yet")
+        for s in config.mcp_servers
+    ]
+
+
+MCP_CONNECT_SECONDS = 60.0
 CLOSE_SECONDS = 5.0
 """How long a run that ends on bad input waits for its session to close (prompts it accepted
 go on after it otherwise)."""
@@ -837,7 +860,7 @@ async def _open_session(
             context_tokens=last.context_tokens if last else 0,
             session_grants=before.session_grants,
             workspace=travel.hosted if travel else None,
-            seen=last.seen if last else None,
+            seen=resumed_seen(last, config),
         )
         start = SessionInput(session_id=session_id, config=config, state=state)
     handle = await _start(client, ns, start, stack, "durable-agent -p")
@@ -902,7 +925,7 @@ async def _fork(
         context_tokens=last.context_tokens if last else 0,
         session_grants=before.session_grants,
         workspace=travel.hosted if travel else None,
-        seen=last.seen if last else None,
+        seen=resumed_seen(last, config),
     )
     start = SessionInput(session_id=session_id, config=config, state=state)
     forked = await _start(client, ns, start, stack, f"fork of {handle.id}")
@@ -991,3 +1014,14 @@ def _store_at(root: str) -> Any:
     from durable_agent.store import open_store
 
     return open_store(Path(root))
+
+
+def resumed_seen(last: QueryResult | None, config: QueryConfig) -> SeenFiles | None:
+    """The files the session watches, its memory files as this CLI read them into the system
+    prompt (an edit made before now is in it, not a change to note)."""
+    seen = last.seen if last is not None else None
+    wanted = config.attachments
+    if wanted is None or not wanted.memory_stamps:
+        return seen
+    base = seen or SeenFiles()
+    return base.model_copy(update={"stamps": {**base.stamps, **wanted.memory_stamps}})

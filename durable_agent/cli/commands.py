@@ -290,6 +290,10 @@ async def cmd_status(args: argparse.Namespace) -> int:
         print(line)
     if status.todos:
         print(todo_text(status.todos))
+    from durable_agent.cli.schedules import status_lines
+
+    for line in await status_lines(client, status):
+        print(line)
     stuck = False
     for workflow_id in (args.session_id, status.running_query_id):
         if workflow_id and (failing := await failing_task(client, workflow_id)):
@@ -577,6 +581,12 @@ async def cmd_rewind(args: argparse.Namespace) -> int:
     return await rewind(args)
 
 
+async def cmd_schedule(args: argparse.Namespace) -> int:
+    from durable_agent.cli.schedules import cmd_schedule as schedule
+
+    return await schedule(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "export": cmd_export,
     "rewind": cmd_rewind,
@@ -589,4 +599,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = 
     "interrupt": cmd_interrupt,
     "list": cmd_list,
     "warm-worker": cmd_warm_worker,
+    "schedule": cmd_schedule,
 }

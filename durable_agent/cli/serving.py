@@ -100,12 +100,15 @@ async def prepared(
     the queue)."""
     workspace = workspace_dir(args.workspace)
     config = build_config(args, workspace, controls_for(args, workspace))
-    from durable_agent.environment import gather, memory
+    from durable_agent.engine.memory import memory_text
+    from durable_agent.environment import gather, memory_files, memory_stamps
 
     environment = await asyncio.to_thread(gather, Path(config.workspace))
-    remembered = await asyncio.to_thread(
-        memory, Path(config.workspace), getattr(args, "setting_sources", None)
+    files = await asyncio.to_thread(
+        memory_files, Path(config.workspace), getattr(args, "setting_sources", None)
     )
+    remembered = memory_text(files)
+    stamps = await asyncio.to_thread(memory_stamps, Path(config.workspace), files)
     from durable_agent.skills import session_skills
 
     found = await asyncio.to_thread(
@@ -113,17 +116,47 @@ async def prepared(
     )
     for warning in found.warnings():
         console.info(warning)
+    from durable_agent.agents import AgentsFlagError, session_agents
+
+    try:
+        agents = await asyncio.to_thread(
+            session_agents,
+            Path(config.workspace),
+            getattr(args, "agents", None),
+            getattr(args, "setting_sources", None),
+        )
+    except AgentsFlagError as exc:
+        raise CliError(str(exc), "see durable-agent run --help for its shape") from None
+    for warning in agents.warnings:
+        console.info(warning)
+    from durable_agent.mcp.config import load_servers
+
+    servers = await asyncio.to_thread(
+        load_servers,
+        config.workspace,
+        getattr(args, "mcp_config", None) or [],
+        bool(getattr(args, "strict_mcp_config", False)),
+        config.settings or {},
+    )
+    for left in servers.left_out:
+        console.info(f"MCP server {left.name} ({left.source}) not loaded: {left.reason}")
+    config = config.model_copy(update={"mcp_servers": servers.servers})
     config = config.model_copy(
         update={
             "call": config.call.model_copy(
-                update={"environment": environment, "memory": remembered, "skills": found.infos()}
+                update={
+                    "environment": environment,
+                    "memory": remembered,
+                    "skills": found.infos(),
+                    "agents": agents.found,
+                }
             )
         }
     )
     wanted = os.environ.get(SUMMARIES_ENV, "")
     summaries = wanted == "1" or (getattr(args, "command", None) == "chat" and wanted != "0")
     config = config.model_copy(
-        update={"attachments": attachments(args), "tool_summaries": summaries}
+        update={"attachments": attachments(args, stamps), "tool_summaries": summaries}
     )
     if not args.no_worker:
         require_api_key()
@@ -164,10 +197,11 @@ SUMMARIES_ENV = "DURABLE_AGENT_TOOL_SUMMARIES"
 even in `chat` (where they are on)."""
 
 
-def attachments(args: argparse.Namespace) -> Attachments:
+def attachments(args: argparse.Namespace, memory: dict[str, str]) -> Attachments:
     """What the loop adds between turns: a folder's CLAUDE.md when the project memory loads
-    (`--setting-sources`), notes on files changed outside the agent."""
+    (`--setting-sources`), notes on files changed outside the agent (the memory files of the
+    system prompt, `memory`, among them)."""
     from durable_agent.environment import setting_sources
 
     project = "project" in setting_sources(getattr(args, "setting_sources", None))
-    return Attachments(nested_memory=project, changed_files=True)
+    return Attachments(nested_memory=project, changed_files=True, memory_stamps=memory)

@@ -17,6 +17,7 @@ from durable_agent import telemetry
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import EXIT_DETACHED, EXIT_STOPPED, CliError
 from durable_agent.cli.reconnect import is_outage, riding_out
+from durable_agent.cli.schedules import with_wakeups
 from durable_agent.cli.sessions import new_session_id, query_workflow_id
 from durable_agent.cli.stalls import Stall, described
 from durable_agent.cli.travel import Travel, bring_back, upload
@@ -167,7 +168,7 @@ async def watch_session(
         console,
         detached,
         *idle_hint(task_queue),
-        stalls=stalls_of(client, child.id),
+        stalls=with_wakeups(client, session_id, stalls_of(client, child.id)),
     )
     if status is None:
         console.info(f"detached; the session goes on: durable-agent tail {session_id}")

@@ -15,6 +15,7 @@ from durable_agent.engine.permissions import (
     SessionGrant,
 )
 from durable_agent.engine.request import ModelRequest
+from durable_agent.engine.schedules import Wakeup
 from durable_agent.engine.state import (
     HostedWorkspace,
     ModelCallConfig,
@@ -24,12 +25,15 @@ from durable_agent.engine.state import (
     QueryResult,
     SeenFiles,
     State,
+    Terminal,
     ToolResultRef,
 )
 from durable_agent.engine.state import RunToolOutput as RunToolOutput  # re-exported
 from durable_agent.engine.state import ToolCall as ToolCall  # re-exported: State carries it
 from durable_agent.engine.state import WithheldError as WithheldError
 from durable_agent.engine.tools import TodoItem
+from durable_agent.mcp.config import McpServerSpec
+from durable_agent.mcp.contracts import McpServerState
 
 
 class CallModelInput(BaseModel):
@@ -105,6 +109,10 @@ class RunToolInput(BaseModel):
     hosted: str | None = None
     """A travelling workspace's checkpoint: the host runs the tool in its copy of it (made to
     hold that checkpoint first), `workspace` being the path the model sees."""
+    mcp_server: McpServerSpec | None = None
+    """An MCP tool's server (the call goes to this worker's connection to it)."""
+    mcp_tool: str | None = None
+    """The server's own name for the tool (`mcp__<server>__<tool>` is the model's)."""
 
 
 class BetweenTurnsInput(BaseModel):
@@ -128,6 +136,22 @@ class BetweenTurnsOutput(BaseModel):
     seen: SeenFiles
     context: list[str] = Field(default_factory=list)
     """What to add to the next user entry, each a text block (empty: nothing)."""
+
+
+class AgentReportInput(BaseModel):
+    """A finished sub-agent: its last answer becomes the parent's tool result."""
+
+    session_id: str
+    agent_session_id: str
+    head_uuid: str | None
+    tool_use_id: str
+    run_id: str = ""
+    agent: str
+    terminal: Terminal
+    message: str = ""
+    notify: bool = False
+    """A background agent's: the report is returned whole (inline) for a message to the
+    parent, not stored as a tool result (its call was answered when it started)."""
 
 
 class SummaryInput(BaseModel):
@@ -266,11 +290,19 @@ class PromptRequest(BaseModel):
     mid_turn_id: str | None = None
     """Set by the session when it passed this prompt to the running one (to reach the model
     at its next turn); the running prompt's result names the ids it took."""
+    scheduled: str | None = None
+    """The wake-up or cron job whose prompt this is (it runs between prompts, never joins
+    one)."""
 
     def mid_turn(self) -> bool:
         """A plain prompt, which may join the running one: not `/compact`, no turn limit of
-        its own, no files to start from."""
-        return not self.compact and self.max_turns is None and self.checkpoint_id is None
+        its own, no files to start from, not a scheduled one."""
+        return (
+            not self.compact
+            and self.max_turns is None
+            and self.checkpoint_id is None
+            and self.scheduled is None
+        )
 
 
 class MidTurnPrompt(BaseModel):
@@ -302,9 +334,15 @@ class SessionState(BaseModel):
     """The files the prompts read or wrote, the nested memory given (between-turn context)."""
     todos: list[TodoItem] = Field(default_factory=list)
     """The model's todo list (its last TodoWrite in the session)."""
+    mcp: list[McpServerState] | None = None
+    """The MCP servers as the session last connected or refreshed them (None: not yet)."""
     workspace: HostedWorkspace | None = None
     """The travelling workspace (a shared store): the CLI's upload, then each prompt's last
     checkpoint and host; None: tools work in the workspace in place."""
+    wakeups: list[Wakeup] = Field(default_factory=list)
+    """Pending wake-ups, in due order (at most MAX_WAKEUPS)."""
+    cron_jobs: list[str] = Field(default_factory=list)
+    """Job ids its prompts' CronCreate calls created (deleted when the session ends)."""
 
 
 class SessionInput(BaseModel):
@@ -411,6 +449,12 @@ class SessionStatus(BaseModel):
     """What the user allowed for the rest of the session ("always")."""
     todos: list[TodoItem] = Field(default_factory=list)
     """The model's todo list as its last prompt left it."""
+    wakeups: list[Wakeup] = Field(default_factory=list)
+    """Pending wake-ups, in due order."""
+    close_when_idle: bool = False
+    """A headless session: it ends once idle with no wake-up pending."""
+    mcp: list[McpServerState] = Field(default_factory=list)
+    """Its MCP servers: status and tools (empty: none, or not connected yet)."""
 
 
 class StopHooksInput(BaseModel):

@@ -183,7 +183,11 @@ def matcher_accepts(matcher: str | None, target: str | None) -> bool:
     if target is None:
         return False
     if _EXACT.fullmatch(matcher):
-        return target in matcher.split("|")
+        names = matcher.split("|")
+        # `Task` was the Agent tool's name: a matcher naming either takes both.
+        return target in names or (
+            target in ("Agent", "Task") and bool({"Agent", "Task"} & set(names))
+        )
     try:
         return re.search(matcher, target) is not None
     except re.error:

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from durable_agent.engine.agents import AgentDef, agent_tool_description
 from durable_agent.engine.context import (
     TaskBudget,
     apply_tool_result_budget,
@@ -18,6 +19,7 @@ from durable_agent.engine.context import (
 from durable_agent.engine.messages import TranscriptEntry, to_api_messages
 from durable_agent.engine.skills import SkillInfo, skill_tool_description
 from durable_agent.engine.tools import TOOL_SPECS, ToolName
+from durable_agent.mcp.contracts import McpTool
 
 THINKING_TYPES = ("thinking", "redacted_thinking")
 CACHE_CONTROL = {"type": "ephemeral"}
@@ -80,6 +82,8 @@ def build_request(
     overflow_path: Callable[[str], str] = lambda tool_use_id: tool_use_id,
     skills: Sequence[SkillInfo] = (),
     server_tools: Sequence[dict[str, Any]] = (),
+    agents: Sequence[AgentDef] = (),
+    mcp_tools: Sequence[McpTool] = (),
 ) -> tuple[dict[str, Any], list[str]]:
     """`server_tools` (web search) are the API's own: they follow ours in `tools`."""
     messages, overflowed = request_messages(chain, req, overflow_path)
@@ -92,7 +96,7 @@ def build_request(
         "max_tokens": req.max_tokens,
         "system": [system_block],
         "messages": messages,
-        "tools": api_tools(tools, skills) + [dict(t) for t in server_tools],
+        "tools": api_tools(tools, skills, agents, mcp_tools) + [dict(t) for t in server_tools],
     }
     if not system:  # `--system-prompt ""`: none at all (the API takes no empty text block)
         del request["system"]
@@ -106,9 +110,15 @@ def build_request(
     return request, overflowed
 
 
-def api_tools(tools: tuple[str, ...], skills: Sequence[SkillInfo] = ()) -> list[dict[str, Any]]:
+def api_tools(
+    tools: tuple[str, ...],
+    skills: Sequence[SkillInfo] = (),
+    agents: Sequence[AgentDef] = (),
+    mcp_tools: Sequence[McpTool] = (),
+) -> list[dict[str, Any]]:
     """The request's `tools`: those of `tools` there are, the Skill tool only with skills to
-    load (its description lists them)."""
+    load (its description lists them), the Agent tool's description listing the agents, then
+    the MCP servers' tools as recorded (`mcp__<server>__<tool>`, with the server's schema)."""
     out: list[dict[str, Any]] = []
     for name in tools:
         if name not in TOOL_SPECS or (name == ToolName.SKILL and not skills):
@@ -116,7 +126,13 @@ def api_tools(tools: tuple[str, ...], skills: Sequence[SkillInfo] = ()) -> list[
         tool = TOOL_SPECS[name].api_tool()
         if name == ToolName.SKILL:
             tool["description"] = skill_tool_description(skills)
+        if name == ToolName.AGENT:
+            tool["description"] = agent_tool_description(agents)
         out.append(tool)
+    for mcp in mcp_tools:
+        out.append(
+            {"name": mcp.name, "description": mcp.description, "input_schema": mcp.input_schema}
+        )
     return out
 
 

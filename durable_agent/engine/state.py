@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from durable_agent.engine.agents import AgentDef
 from durable_agent.engine.budget import BudgetTracker
 from durable_agent.engine.errors import ErrorKind
 from durable_agent.engine.messages import ToolResultBlock, Usage
@@ -17,9 +18,12 @@ from durable_agent.engine.permissions import (
     SessionGrant,
 )
 from durable_agent.engine.prompt import Environment
+from durable_agent.engine.schedules import Wakeup, WakeupRequest
 from durable_agent.engine.skills import SkillInfo
-from durable_agent.engine.tools import TodoItem, ToolName
+from durable_agent.engine.tools import AgentInput, TodoItem, ToolName
 from durable_agent.engine.web_search import WebSearchConfig
+from durable_agent.mcp.config import McpServerSpec
+from durable_agent.mcp.contracts import McpTool
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_MAX_OUTPUT_TOKENS = 8_000
@@ -51,6 +55,8 @@ class Transition(StrEnum):
     COLLAPSE_DRAIN_RETRY = "collapse_drain_retry"
     MAX_OUTPUT_TOKENS_ESCALATE = "max_output_tokens_escalate"
     MAX_OUTPUT_TOKENS_RECOVERY = "max_output_tokens_recovery"
+    BACKGROUND_AGENT_REPORTS = "background_agent_reports"
+    """Claude had finished, and the reports of its background agents came in."""
 
 
 class Terminal(StrEnum):
@@ -107,6 +113,12 @@ class ModelCallConfig(BaseModel):
     CLI: the system prompt's environment block."""
     memory: str = ""
     """The CLAUDE.md memory files (engine/memory.py) as read where the session was started."""
+    mcp_tools: list[McpTool] = Field(default_factory=list)
+    """The MCP servers' tools as the session recorded them (connect, then refresh between
+    prompts): listed in each request after ours; a replay never asks a server."""
+    agents: list[AgentDef] = Field(default_factory=list)
+    """The sub-agent definitions found where the session was started (durable_agent/agents.py;
+    general-purpose is always there): the Agent tool's description lists them."""
     skills: list[SkillInfo] = Field(default_factory=list)
     """The Agent Skills found where the session was started (durable_agent/skills.py; at most
     MAX_SKILLS): the Skill tool's description lists them, and without any no Skill tool is
@@ -178,14 +190,17 @@ class Attachments(BaseModel):
     changed_files: bool = False
     """A file the agent read or wrote that changed outside it before the next prompt: noted,
     with its current text."""
+    memory_stamps: dict[str, str] = Field(default_factory=dict)
+    """The memory files in the workspace as the system prompt has them: a session's first
+    prompt starts watching them, so that an edit of one is noted before a later prompt."""
 
 
 class SeenFiles(BaseModel):
     """The files the loop has been watching for the model (carried from prompt to prompt)."""
 
     stamps: dict[str, str] = Field(default_factory=dict)
-    """Path the model used → `mtime_ns:size` when a tool last read or wrote it (the newest
-    MAX_SEEN_FILES, oldest first)."""
+    """Path the model used → its stamp (durable_agent/stamps.py) when a tool last read or
+    wrote it (the newest MAX_SEEN_FILES, oldest first)."""
     attached: list[str] = Field(default_factory=list)
     """The nested CLAUDE.md files already given (never twice)."""
 
@@ -250,6 +265,11 @@ class QueryConfig(BaseModel):
     approvals: bool = False
     """Someone can answer a tool call that asks (`chat`, the SDK front-end): it waits, durably,
     for an `approve_tool` Update. False (headless `run`): an ask is a deny, nobody waits."""
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list)
+    """The MCP servers in effect (`--mcp-config`, `.mcp.json` approved, settings), as the CLI
+    read them: the session connects them on a worker and records their tools."""
+    agent_depth: int = Field(default=0, ge=0)
+    """0: a session's prompt; 1: a sub-agent's (it has no Agent tool)."""
     tool_summaries: bool = False
     """After each tool batch a small-model call writes a one-line summary of it, beside the
     next model call, shown as a progress line (on in `chat`; DURABLE_AGENT_TOOL_SUMMARIES=1)."""
@@ -332,6 +352,14 @@ class ToolCall(BaseModel):
     tool hooks match it (their stdin's `tool_input`)."""
     todos: list[TodoItem] | None = None
     """A valid TodoWrite call's list: the workflow keeps it once the call ran."""
+    agent: AgentInput | None = None
+    """A valid Agent call's input: the workflow runs it as a child workflow."""
+    task_stop: str | None = None
+    """A valid TaskStop call's task id: the workflow stops that background agent."""
+    wakeup: WakeupRequest | None = None
+    """A valid ScheduleWakeup call (its delay clamped): the session keeps it once the call ran."""
+    cron_job: str | None = None
+    """A valid CronCreate call's job id: the session deletes the job when it ends."""
 
 
 class PermissionDenial(BaseModel):
@@ -474,6 +502,10 @@ class State(BaseModel):
     model: they go after the next batch's tool results."""
     absorbed: tuple[str, ...] = ()
     """The ids of those given to the model (the session answers them with this result)."""
+    wakeups: tuple[Wakeup, ...] = ()
+    """Wake-ups this prompt's ScheduleWakeup calls asked for (at most MAX_WAKEUPS)."""
+    cron_jobs: tuple[str, ...] = ()
+    """Job ids of this prompt's CronCreate calls (at most MAX_CRON_JOBS)."""
 
     def transition_count(self, transition: Transition) -> int:
         """How often the prompt continued for `transition`, the dropped ones included."""
@@ -585,6 +617,10 @@ class QueryResult(BaseModel):
     """The model's todo list after this prompt (None: a prompt from before todo lists)."""
     absorbed: list[str] = Field(default_factory=list)
     """The session's prompts sent while this one ran that reached the model in it."""
+    wakeups: list[Wakeup] = Field(default_factory=list)
+    """Wake-ups this prompt asked for: the session queues each prompt when it is due."""
+    cron_jobs: list[str] = Field(default_factory=list)
+    """Cron jobs this prompt created (the session deletes them when it ends)."""
     workspace: HostedWorkspace | None = None
     """A travelling workspace after this prompt: its last checkpoint is the files the model
     left (what the CLI writes back); None when tools work in the workspace in place."""

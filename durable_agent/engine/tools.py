@@ -13,6 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from durable_agent.engine.bash_safety import is_read_only_command
 from durable_agent.engine.messages import ToolUseBlock
+from durable_agent.engine.schedules import (
+    MAX_REASON_CHARS,
+    MAX_SCHEDULED_PROMPT_CHARS,
+    cron_problem,
+)
 
 
 class ToolName(StrEnum):
@@ -28,6 +33,12 @@ class ToolName(StrEnum):
     NOTEBOOK_EDIT = "NotebookEdit"
     SKILL = "Skill"
     TODO_WRITE = "TodoWrite"
+    AGENT = "Agent"
+    TASK_STOP = "TaskStop"
+    SCHEDULE_WAKEUP = "ScheduleWakeup"
+    CRON_CREATE = "CronCreate"
+    CRON_LIST = "CronList"
+    CRON_DELETE = "CronDelete"
 
 
 class _Input(BaseModel):
@@ -161,6 +172,82 @@ class TodoWriteInput(_Input):
     todos: list[TodoItem] = Field(
         max_length=100, description="The whole list as it is now (it replaces the last one)"
     )
+
+
+class AgentInput(_Input):
+    """The Agent tool's input (Claude Code's fields)."""
+
+    description: str = Field(min_length=1, max_length=200, description="The task in 3-5 words")
+    prompt: str = Field(min_length=1, description="The whole task for the agent to carry out")
+    subagent_type: str = Field(
+        default="general-purpose", description="Which kind of agent (see the list)"
+    )
+    model: str | None = Field(
+        default=None, description="A model for this agent only (haiku, sonnet, opus or an id)"
+    )
+    run_in_background: bool | None = Field(
+        default=None,
+        description="Run it in the background: you go on at once, and its report comes to "
+        "you in a message when it finishes (stop it with TaskStop)",
+    )
+
+
+class TaskStopInput(_Input):
+    task_id: str = Field(min_length=1, description="The id of the background agent to stop")
+
+
+class ScheduleWakeupInput(_Input):
+    """Claude Code's fields; the delay is clamped (engine/schedules.py), never refused."""
+
+    delaySeconds: int = Field(  # noqa: N815 (Claude Code's name)
+        description="Seconds from now until the session wakes up (60 to 3600; others are "
+        "clamped to that range)"
+    )
+    reason: str = Field(
+        min_length=1, max_length=MAX_REASON_CHARS, description="Why you wake up then, in a line"
+    )
+    prompt: str = Field(
+        min_length=1,
+        max_length=MAX_SCHEDULED_PROMPT_CHARS,
+        description="The prompt the session runs when it wakes up",
+    )
+
+
+class CronCreateInput(_Input):
+    """Claude Code's fields (`durable` is accepted: every job here survives restarts)."""
+
+    cron: str = Field(
+        description="A 5-field cron expression in the worker's local time: minute hour "
+        'day-of-month month day-of-week, e.g. "*/5 * * * *", "7 9 * * 1-5"'
+    )
+    prompt: str = Field(
+        min_length=1,
+        max_length=MAX_SCHEDULED_PROMPT_CHARS,
+        description="The prompt the session runs each time the job fires",
+    )
+    recurring: bool = Field(
+        default=True, description="true (default): every match; false: once, at the next match"
+    )
+    durable: bool = Field(
+        default=True,
+        description="Ignored: every job here is kept by Temporal and survives restarts",
+    )
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        problem = cron_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return " ".join(value.split())
+
+
+class CronListInput(_Input):
+    pass
+
+
+class CronDeleteInput(_Input):
+    id: str = Field(min_length=1, description="The job's id, as CronCreate or CronList gave it")
 
 
 @functools.cache
@@ -362,6 +449,70 @@ TOOL_SPECS[ToolName.TODO_WRITE] = ToolSpec(
     read_only=True,
     concurrency_safe=False,
     summary_field="",
+)
+
+
+TOOL_SPECS[ToolName.AGENT] = ToolSpec(
+    name=ToolName.AGENT,
+    description="Start a sub-agent (its description in a request lists the agents there are).",
+    input_model=AgentInput,
+    read_only=False,
+    concurrency_safe=True,  # several in one message run at once
+    summary_field="description",
+)
+
+
+TOOL_SPECS[ToolName.SCHEDULE_WAKEUP] = ToolSpec(
+    name=ToolName.SCHEDULE_WAKEUP,
+    description="Continue this session later: after delaySeconds (60 to 3600) the session "
+    "wakes up and runs `prompt` as a new prompt, with this conversation. Use it to check back "
+    "on something that takes time outside this session (a CI run, a deploy); say in `reason` "
+    "why. It does not wait now: end your turn after it. The wake-up survives restarts; the "
+    "user can see and cancel it (`durable-agent status`).",
+    input_model=ScheduleWakeupInput,
+    read_only=True,  # the session keeps it only once the call ran; the tool only answers
+    concurrency_safe=True,
+    summary_field="reason",
+)
+TOOL_SPECS[ToolName.CRON_CREATE] = ToolSpec(
+    name=ToolName.CRON_CREATE,
+    description="Schedule a prompt for this session on a cron schedule (5 fields in the "
+    "worker's local time: minute hour day-of-month month day-of-week). recurring (default "
+    "true) runs it at every match, for at most 7 days; recurring false runs it once, at the "
+    'next match (for "remind me at 3pm"). A job fires only between prompts, never during '
+    "one; it ends with the session. When the time is approximate, prefer a minute other than "
+    ":00 and :30. Returns the job's id (CronDelete cancels it).",
+    input_model=CronCreateInput,
+    read_only=False,  # it creates a schedule: never started early, never re-run blindly
+    concurrency_safe=False,
+    summary_field="cron",
+)
+TOOL_SPECS[ToolName.CRON_LIST] = ToolSpec(
+    name=ToolName.CRON_LIST,
+    description="List this session's cron jobs: id, schedule, next run, prompt.",
+    input_model=CronListInput,
+    read_only=True,
+    concurrency_safe=True,
+    summary_field="",
+)
+TOOL_SPECS[ToolName.CRON_DELETE] = ToolSpec(
+    name=ToolName.CRON_DELETE,
+    description="Cancel one of this session's cron jobs by its id.",
+    input_model=CronDeleteInput,
+    read_only=False,
+    concurrency_safe=False,
+    summary_field="id",
+)
+
+
+TOOL_SPECS[ToolName.TASK_STOP] = ToolSpec(
+    name=ToolName.TASK_STOP,
+    description="Stop a background agent (started with Agent and run_in_background) that is "
+    "no longer needed, by the task id its start gave you. Its report says it was stopped.",
+    input_model=TaskStopInput,
+    read_only=False,
+    concurrency_safe=False,
+    summary_field="task_id",
 )
 
 

@@ -88,6 +88,10 @@ class SandboxSpec(BaseModel):
 READ_ONLY_TOOLS = frozenset(
     {"Read", "Grep", "Glob", "LS", "NotebookRead", "TodoWrite", "Task", "Agent", "BashOutput"}
     | {"Skill"}  # our choice: it only loads instructions (a `Skill(name)` rule still decides)
+    # Docs: the cron tools need no permission; ScheduleWakeup likewise (ours: it only queues a
+    # prompt of this session for later, which runs under the session's rules then).
+    | {"CronCreate", "CronList", "CronDelete", "ScheduleWakeup"}
+    | {"TaskStop"}  # ours: it only stops a background agent this prompt started
 )
 # Tools that take a path the workspace boundary applies to, and the input key of that path.
 READ_TOOLS = {"Read": "file_path", "Grep": "path", "Glob": "path", "LS": "path"}

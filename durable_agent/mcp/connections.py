@@ -1,0 +1,196 @@
+"""The worker's open MCP connections: per (session, server) one `ClientSession`, kept alive
+across calls and turns, reopened once by the next call after the server died.
+
+Each connection is held by a task of its own (`connection.Connection`).
+
+Nothing here raises for a server's misbehaviour: a server that cannot be reached is a status
+(`failed` with the reason in one line, `needs-auth` after a 401), a call that fails is an error
+result, each with a one-line notice for the status line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from mcp import types
+from mcp.shared.exceptions import MCPError
+
+from durable_agent.engine.messages import ImageBlock, TextBlock
+from durable_agent.mcp.config import McpServerSpec
+from durable_agent.mcp.connection import (
+    CONNECT_TIMEOUT_SECONDS,
+    ConnectFailed,
+    Connection,
+    one_line,
+)
+from durable_agent.mcp.contracts import (
+    MAX_OUTPUT_TOKENS,
+    CallMcpToolOutput,
+    McpServerState,
+    McpStatus,
+)
+from durable_agent.mcp.results import map_result
+
+
+class McpConnections:
+    """One per worker process: the open connections of every session this worker serves."""
+
+    def __init__(self, connect_timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+        self.connect_timeout = connect_timeout
+        self._open: dict[tuple[str, str], Connection] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._lost: set[tuple[str, str]] = set()
+        """Connections that died or could not be reopened: their next success is a status."""
+
+    async def _connection(self, session_id: str, spec: McpServerSpec, cwd: str) -> Connection:
+        """The live connection, opened (or reopened) if need be; raises ConnectFailed."""
+        key = (session_id, spec.name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            old = self._open.get(key)
+            if old is not None and old.alive and old.spec == spec:
+                return old
+            if old is not None:
+                del self._open[key]
+                await old.close()
+            conn = Connection(spec, cwd)
+            await conn.open(self.connect_timeout)
+            conn.tools_changed.set()  # until listed: its tools may differ from those recorded
+            self._open[key] = conn
+            return conn
+
+    async def connect(
+        self, session_id: str, specs: Iterable[McpServerSpec], cwd: str
+    ) -> list[McpServerState]:
+        """Each server's state and tools, all connected at once (bounded by the timeout)."""
+        return list(await asyncio.gather(*(self._state(session_id, s, cwd) for s in specs)))
+
+    async def _state(self, session_id: str, spec: McpServerSpec, cwd: str) -> McpServerState:
+        try:
+            conn = await self._connection(session_id, spec, cwd)
+            tools = await conn.list_tools()
+        except ConnectFailed as exc:
+            return McpServerState(name=spec.name, status=exc.status, error=exc.reason)
+        except Exception as exc:  # the server's fault: a status, never a failed activity
+            reason = f"tools/list failed: {one_line(exc) if str(exc) else 'no answer'}"
+            return McpServerState(name=spec.name, status=McpStatus.FAILED, error=reason)
+        return McpServerState(name=spec.name, status=McpStatus.CONNECTED, tools=tools)
+
+    async def refresh(
+        self, session_id: str, specs: Iterable[McpServerSpec], cwd: str
+    ) -> list[McpServerState]:
+        """The servers whose tools changed since they were listed (a `tools/list_changed`, or
+        a reopen), listed again; the others are left out."""
+        changed = []
+        for spec in specs:
+            conn = self._open.get((session_id, spec.name))
+            if conn and conn.alive and conn.tools_changed.is_set() and conn.spec == spec:
+                changed.append(spec)
+        return await self.connect(session_id, changed, cwd)
+
+    def changed(self, session_id: str) -> list[str]:
+        """The names of the session's servers with a tool list change not yet refreshed."""
+        return [
+            name
+            for (sid, name), conn in self._open.items()
+            if sid == session_id and conn.tools_changed.is_set()
+        ]
+
+    async def wait_changed(self, session_id: str, name: str) -> None:
+        """Until the open server announces a tool list change (one not yet refreshed)."""
+        await self._open[(session_id, name)].tools_changed.wait()
+
+    async def call_tool(
+        self,
+        session_id: str,
+        spec: McpServerSpec,
+        tool: str,
+        arguments: dict[str, Any],
+        timeout_seconds: float,
+        cwd: str,
+        max_output_tokens: int = MAX_OUTPUT_TOKENS,
+    ) -> CallMcpToolOutput:
+        """Call a tool; every failure is an error result, never an exception. An HTTP server
+        that forgot the session (restarted: a 404) is reopened and asked again at once, since
+        the call never reached the tool; a server that died during the call is not."""
+        key = (session_id, spec.name)
+        for attempt in (1, 2):
+            was = self._open.get(key)
+            try:
+                conn = await self._connection(session_id, spec, cwd)
+            except ConnectFailed as exc:
+                self._lost.add(key)
+                state = McpServerState(name=spec.name, status=exc.status, error=exc.reason)
+                return _failed(f"MCP server {spec.name!r} is not connected: {exc.reason}", state)
+            status = None
+            if key in self._lost or (was is not None and conn is not was):
+                status = McpServerState(name=spec.name, status=McpStatus.CONNECTED)
+            self._lost.discard(key)
+            try:
+                result = await conn.call(tool, arguments, timeout_seconds)
+            except Exception as exc:
+                if conn.forgotten and attempt == 1:
+                    await self._drop(key, conn)
+                    continue
+                return await self._call_failed(key, conn, tool, exc, timeout_seconds, status)
+            content, is_error = map_result(result, max_output_tokens)
+            return CallMcpToolOutput(content=content, is_error=is_error, status=status)
+        raise AssertionError("unreachable: the second attempt returns")
+
+    async def _call_failed(
+        self,
+        key: tuple[str, str],
+        conn: Connection,
+        tool: str,
+        exc: Exception,
+        timeout_seconds: float,
+        status: McpServerState | None,
+    ) -> CallMcpToolOutput:
+        code = exc.code if isinstance(exc, MCPError) else None
+        name = conn.spec.name
+        if isinstance(exc, TimeoutError) or code == types.REQUEST_TIMEOUT:
+            return _failed(
+                f"MCP server {name!r} did not answer {tool} within {timeout_seconds:g} s", status
+            )
+        if code == types.CONNECTION_CLOSED or not conn.alive:
+            await self._drop(key, conn)
+            reason = await conn.explained("the connection closed during a call")
+            state = McpServerState(name=name, status=McpStatus.FAILED, error=reason)
+            said = (
+                f"MCP server {name!r} closed the connection while running {tool} (it may have "
+                "crashed); it is restarted on the next call"
+            )
+            return _failed(said, state)
+        said = f"MCP error {code}: {exc}" if code is not None else f"{tool} failed: {one_line(exc)}"
+        return CallMcpToolOutput(content=_text(said), is_error=True, status=status)
+
+    async def _drop(self, key: tuple[str, str], conn: Connection) -> None:
+        if self._open.get(key) is conn:
+            del self._open[key]
+        self._lost.add(key)
+        await conn.close()
+
+    async def close_session(self, session_id: str) -> int:
+        """Close the session's connections (ending its stdio servers); how many there were."""
+        self._lost = {key for key in self._lost if key[0] != session_id}
+        return await self._close([key for key in self._open if key[0] == session_id])
+
+    async def close_all(self) -> None:
+        self._lost.clear()
+        await self._close(list(self._open))
+
+    async def _close(self, keys: list[tuple[str, str]]) -> int:
+        conns = [self._open.pop(key) for key in keys]
+        for key in keys:
+            self._locks.pop(key, None)
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        return len(conns)
+
+
+def _text(text: str) -> list[TextBlock | ImageBlock]:
+    return [TextBlock(text=text)]
+
+
+def _failed(said: str, status: McpServerState | None) -> CallMcpToolOutput:
+    return CallMcpToolOutput(content=_text(said), is_error=True, status=status, notice=said)
