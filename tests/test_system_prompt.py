@@ -123,4 +123,4 @@ def test_memory_is_in_the_first_request_and_each_request_once(dev_env, tmp_path,
                  "Local rule: my sandbox"):  # fmt: skip
         assert first.count(rule) == 1 and second.count(rule) == 1, rule
     assert only.returncode == 0, only.stderr
-    assert "Project rule" in third and "haiku" not in third and "Local rule" not in third
+    assert "Project rule" in third and "answer in haiku" not in third and "Local rule" not in third

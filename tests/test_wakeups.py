@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
 from activities.tools.registry import execute_tool
 from activities.tools.schedule import scheduled_fields
@@ -105,11 +108,28 @@ def cacheless(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wiring, "Worker", functools.partial(wiring.Worker, max_cached_workflows=0))
 
 
+@pytest_asyncio.fixture
+async def own_ts_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server of this test's own: on the one the other tests share, what they
+    left running can hold its clock still (it failed so on CI, under load)."""
+    from tests.conftest import BIN, _started
+
+    env = await _started(
+        lambda: WorkflowEnvironment.start_time_skipping(
+            data_converter=pydantic_data_converter,
+            test_server_existing_path=str(BIN / "temporal-test-server"),
+        )
+    )
+    yield env
+    await env.shutdown()
+
+
 async def test_a_wake_up_an_hour_ahead_completes_across_a_worker_restart(
-    ts_env, store, workspace, task_queue, cacheless
+    own_ts_env, store, workspace, task_queue, cacheless
 ):
     """Issue 25's acceptance: a wake-up an hour ahead completes on the time-skipping server
     across a worker restart."""
+    ts_env = own_ts_env
     client = ts_env.client
     turns = [wakeup_turn("sw1"), text_turn("I will look again in an hour"), text_turn("deployed")]
     with ReplayServer(turns) as server:
@@ -127,7 +147,7 @@ async def test_a_wake_up_an_hour_ahead_completes_across_a_worker_restart(
         assert len(server.requests) == 2
         due = waiting.wakeups[0].due
         async with ts_env.time_skipping_unlocked():  # the server's clock jumps to the timer
-            await eventually(lambda: clock_past(ts_env, due))
+            await eventually(lambda: clock_past(ts_env, due), seconds=90)
         assert len(server.requests) == 2  # the timer fired; nothing has run it
         async with build_worker(client, task_queue, store, factory):  # a new worker
             final = await handle.result()
