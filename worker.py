@@ -1,31 +1,48 @@
-"""`python worker.py`: connect to Temporal (TEMPORAL_ADDRESS, else the dev server the CLI runs
-for $DURABLE_AGENT_HOME, else localhost:7233; TEMPORAL_NAMESPACE), register the workflows and
-activities on the shared task queue DURABLE_AGENT_TASK_QUEUE (default `durable-agent`), and run.
+"""`python worker.py`: a durable-agent worker. It connects to Temporal, registers the workflows
+and activities on the shared task queue DURABLE_AGENT_TASK_QUEUE (default `durable-agent`), and
+runs until SIGTERM, then drains.
 
+Temporal: the cluster TEMPORAL_ADDRESS, or a `temporalio.envconfig` profile, names
+(TEMPORAL_PROFILE, TEMPORAL_CONFIG_FILE, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS,
+TEMPORAL_TLS_CLIENT_CERT_PATH / _KEY_PATH, TEMPORAL_TLS_SERVER_CA_CERT_PATH — as the `temporal`
+CLI reads them); else the dev server the CLI runs for $DURABLE_AGENT_HOME; else localhost:7233.
 Sessions that a CLI runs in its own worker are on a queue of their own and are not served here
-(`durable-agent resume SESSION` picks such a session up again)."""
+(`durable-agent resume SESSION` picks such a session up again). infra/README.md is the
+operations page.
+"""
 
 import asyncio
 import sys
 
 from durable_agent.cli import hard_exit
 from durable_agent.codec import CodecKeyError
-from durable_agent.wiring import main
+from durable_agent.operating import SettingsError, print_help
+from durable_agent.temporal_config import TemporalConfigError
+
+
+def fail(message: str, hint: str) -> None:
+    print(f"durable-agent worker: {message}", file=sys.stderr)
+    print(f"hint: {hint}", file=sys.stderr)
+    hard_exit(1)
+
 
 if __name__ == "__main__":
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        print_help()
+        sys.exit(0)
+    if sys.argv[1:]:
+        fail(f"unexpected arguments {' '.join(sys.argv[1:])}", "it takes none; see --help")
+    from durable_agent.wiring import main
+
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
         hard_exit(130)
-    except CodecKeyError as exc:
-        print(f"durable-agent worker: {exc}", file=sys.stderr)
-        print(f"hint: {exc.hint}", file=sys.stderr)
-        hard_exit(1)
+    except (CodecKeyError, SettingsError, TemporalConfigError) as exc:
+        fail(str(exc), exc.hint or "see `python worker.py --help`")
     except RuntimeError as exc:
-        print(f"durable-agent worker: {exc}", file=sys.stderr)
-        print(
-            "hint: is Temporal running? `durable-agent server` starts one; "
-            "or set TEMPORAL_ADDRESS.",
-            file=sys.stderr,
+        fail(
+            str(exc),
+            "is Temporal running? `durable-agent server` starts one; or set TEMPORAL_ADDRESS "
+            "(or TEMPORAL_PROFILE).",
         )
-        hard_exit(1)

@@ -13,8 +13,15 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.runtime import (
+    LoggingConfig,
+    PrometheusConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploymentConfig
 
 from activities.agents import AgentActivities
 from activities.compaction import CompactionActivities
@@ -29,8 +36,9 @@ from activities.tools.environment import protect_worker_process
 from activities.transcript import StoreActivities, TranscriptStore
 from activities.turns import TurnActivities
 from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue_of
-from durable_agent import telemetry
+from durable_agent import telemetry, temporal_config
 from durable_agent.mcp.connections import McpConnections
+from durable_agent.operating import Health, WorkerSettings, host_port, run_until_signalled
 from durable_agent.paths import state_home
 from durable_agent.payloads import data_converter
 from durable_agent.store import open_store
@@ -50,9 +58,12 @@ def build_worker(
     client_factory: ClientFactory = default_client,
     max_concurrent_activities: int = 50,
     model: ModelActivities | None = None,
+    settings: WorkerSettings | None = None,
 ) -> Worker | Workers:
     """The worker of `task_queue`; with a shared store (PostgresStore), also the worker of its
-    own host queue, where the tools and hooks of the travelling workspaces it hosts run."""
+    own host queue, where the tools and hooks of the travelling workspaces it hosts run.
+    `settings` (a worker process's, from its environment) override the concurrency given."""
+    settings = settings or WorkerSettings(max_concurrent_activities=max_concurrent_activities)
     # Before any tool or hook runs: none of them may read this process's credentials.
     protect_worker_process()
     store = store or open_store()
@@ -93,13 +104,13 @@ def build_worker(
             *place,
             *claim,
         ],
-        max_concurrent_activities,
+        settings,
         workflows=WORKFLOWS,
     )
     if hosts is None:
         return main
     checkpoint = WorkspaceActivities(hosts).checkpoint_workspace
-    host = _worker(client, hosts.host_queue, [*place, checkpoint], max_concurrent_activities)
+    host = _worker(client, hosts.host_queue, [*place, checkpoint], settings)
     return Workers(main, host)
 
 
@@ -136,21 +147,45 @@ class Workers:
     async def run(self) -> None:
         await asyncio.gather(self.main.run(), self.host.run())
 
+    async def shutdown(self) -> None:
+        await asyncio.gather(self.main.shutdown(), self.host.shutdown())
+
 
 def _worker(
     client: Client,
     task_queue: str,
     activities: list[Callable[..., Any]],
-    max_concurrent_activities: int,
+    settings: WorkerSettings,
     workflows: list[type] | None = None,
 ) -> Worker:
+    polling: dict[str, Any] = {}
+    if settings.workflow_pollers:
+        polling["workflow_task_poller_behavior"] = PollerBehaviorSimpleMaximum(
+            settings.workflow_pollers
+        )
+    if settings.activity_pollers:
+        polling["activity_task_poller_behavior"] = PollerBehaviorSimpleMaximum(
+            settings.activity_pollers
+        )
+    if settings.deployment:
+        version = WorkerDeploymentVersion(settings.deployment, settings.build_id or code_build_id())
+        polling["deployment_config"] = WorkerDeploymentConfig(
+            version=version,
+            use_worker_versioning=True,
+            default_versioning_behavior=VersioningBehavior.PINNED,
+        )
+    else:
+        polling["build_id"] = settings.build_id or code_build_id()
     return Worker(
         client,
         task_queue=task_queue,
         workflows=workflows or [],
         activities=activities,
-        max_concurrent_activities=max_concurrent_activities,
-        build_id=code_build_id(),
+        max_concurrent_activities=settings.max_concurrent_activities,
+        max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+        max_cached_workflows=settings.max_cached_workflows,
+        graceful_shutdown_timeout=timedelta(seconds=settings.drain_seconds),
+        **polling,
         # A killed worker's sessions move to another worker after this, not the default 10 s.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
         # Heartbeats reach the server within a second, and with them an interrupt's cancel
@@ -167,21 +202,19 @@ def quiet_runtime() -> Runtime:
     return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
 
 
-async def connect(
-    address: str | None = None, namespace: str | None = None, runtime: Runtime | None = None
-) -> Client:
+async def connect(address: str | None = None, runtime: Runtime | None = None) -> Client:
     """A client with the pydantic converter (payloads over 256 KiB offloaded to the state dir)
-    and the OpenTelemetry plugin when a tracer provider is installed."""
+    and the OpenTelemetry plugin when a tracer provider is installed; the Temporal cluster a
+    profile or TEMPORAL_* variables name (durable_agent.temporal_config), else `address`."""
     return await Client.connect(
-        address or os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"),
-        namespace=namespace or os.environ.get("TEMPORAL_NAMESPACE", "default"),
+        **temporal_config.connect_kwargs(address),
         data_converter=data_converter(state_home()),
         runtime=runtime,
         plugins=telemetry.plugins(),
     )
 
 
-async def connect_patiently(address: str) -> Client:
+async def connect_patiently(address: str, runtime: Runtime | None = None) -> Client:
     """Connect, waiting for a server that is restarting or not up yet (a worker started with
     its server, or during a restart, must not die of it): says so once, retries with backoff
     for DURABLE_AGENT_RECONNECT_SECONDS (900), then raises the last error."""
@@ -190,7 +223,7 @@ async def connect_patiently(address: str) -> Client:
     started, delay = loop.time(), 0.5
     while True:
         try:
-            client = await connect(address)
+            client = await connect(address, runtime)
         except RuntimeError as exc:
             if loop.time() - started > limit:
                 raise
@@ -208,13 +241,12 @@ async def connect_patiently(address: str) -> Client:
 
 
 def worker_address() -> str:
-    """TEMPORAL_ADDRESS; else the dev server the CLI started for $DURABLE_AGENT_HOME (not
-    started here); else localhost:7233."""
+    """The cluster TEMPORAL_ADDRESS or a Temporal profile names; else the dev server the CLI
+    started for $DURABLE_AGENT_HOME (not started here); else localhost:7233."""
     from durable_agent.devserver import running
 
-    address = os.environ.get("TEMPORAL_ADDRESS")
-    if address:
-        return address
+    if temporal_config.external():
+        return temporal_config.target()
     info = running(state_home())
     if info is not None:
         return info.address
@@ -225,12 +257,35 @@ def worker_address() -> str:
     return "localhost:7233"
 
 
+def worker_runtime(settings: WorkerSettings) -> Runtime | None:
+    """The SDK runtime with a Prometheus endpoint when DURABLE_AGENT_METRICS_ADDRESS asks."""
+    if not settings.metrics_address:
+        return None
+    host, port = host_port(settings.metrics_address)
+    return Runtime(
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"{host}:{port}"))
+    )
+
+
 async def main() -> None:
     """`python worker.py`: serves the shared queue, $DURABLE_AGENT_TASK_QUEUE (default
-    `durable-agent`), where `run --no-worker` puts its sessions."""
+    `durable-agent`), where `run --no-worker` puts its sessions; its settings, health endpoint,
+    metrics and drain: durable_agent.operating."""
+    settings = WorkerSettings.from_env()
     telemetry.setup_from_env()
     address = worker_address()
-    client = await connect_patiently(address)
-    task_queue = os.environ.get("DURABLE_AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-    print(f"worker on task queue {task_queue!r} at {address}", flush=True)
-    await build_worker(client, task_queue).run()
+    client = await connect_patiently(address, worker_runtime(settings))
+    where = address
+    if temporal_config.external():  # namespace, TLS, API key: never the key itself
+        where = temporal_config.describe(temporal_config.connect_kwargs())
+    print(f"worker on task queue {settings.task_queue!r} at {where}", flush=True)
+    worker = build_worker(client, settings.task_queue, settings=settings)
+    health = Health(lambda: client.service_client.check_health())
+    server = await health.serve(settings.health_address) if settings.health_address else None
+    if server is not None:
+        print(f"health on {settings.health_address} (/healthz, /readyz)", flush=True)
+    try:
+        await run_until_signalled(worker, health, settings.drain_seconds)
+    finally:
+        if server is not None:
+            server.close()

@@ -93,3 +93,28 @@ async def record_histories(client: Client, session_id: str, query: int = 1) -> N
     for suffix, workflow_id in kept:
         history = await client.get_workflow_handle(workflow_id).fetch_history()
         (HISTORIES / f"{test.removeprefix('test_')}.{suffix}.json").write_text(history.to_json())
+
+
+def worker_env(
+    base_url: str, home: Path, task_queue: str, address: str | None = None, **extra: str
+) -> dict[str, str]:
+    """The environment of a `python worker.py` under test: this one without ANTHROPIC_* and
+    TEMPORAL_* (and DURABLE_AGENT_* settings a developer may have), the fake Messages API at
+    `base_url`, its own state dir and queue, no settings files; TEMPORAL_ADDRESS when given."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TEMPORAL_", "DURABLE_AGENT_"))
+    }
+    env.update(
+        ANTHROPIC_BASE_URL=base_url,
+        ANTHROPIC_API_KEY="dummy",
+        DURABLE_AGENT_HOME=str(home),
+        DURABLE_AGENT_TASK_QUEUE=task_queue,
+        DURABLE_AGENT_SETTINGS=str(home / "none.json"),
+        DURABLE_AGENT_TOOL_SUMMARIES="0",
+    )
+    if address:
+        env["TEMPORAL_ADDRESS"] = address
+    env.update(extra)
+    return env

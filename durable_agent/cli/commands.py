@@ -21,7 +21,7 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverse
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from durable_agent import warm
+from durable_agent import temporal_config, warm
 from durable_agent.cli.args import controls_for
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console, result_details
@@ -212,8 +212,11 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
 
     from durable_agent.wiring import build_worker
 
-    if os.environ.get("TEMPORAL_ADDRESS"):
-        raise CliError("the warm worker is for the embedded dev server", "unset TEMPORAL_ADDRESS")
+    if temporal_config.external():
+        raise CliError(
+            "the warm worker is for the embedded dev server",
+            "unset TEMPORAL_ADDRESS, TEMPORAL_PROFILE and TEMPORAL_CONFIG_FILE",
+        )
     home = state_home()
     fp = warm.fingerprint()
     record = warm.WarmRecord(pid=os.getpid(), task_queue=warm.warm_queue(fp))

@@ -13,7 +13,7 @@ from opentelemetry import trace
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from durable_agent import telemetry, warm
+from durable_agent import telemetry, temporal_config, warm
 from durable_agent.cli import sdk_log
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
@@ -33,9 +33,16 @@ RECORDED_SERVER_SECONDS = 15.0
 
 
 async def connect(console: Console, start_server: bool = True) -> Client:
-    """TEMPORAL_ADDRESS if set; else the dev server of this state dir (started if needed)."""
-    address = os.environ.get("TEMPORAL_ADDRESS")
-    hint = "check TEMPORAL_ADDRESS, or unset it to use the embedded dev server"
+    """The Temporal cluster named by TEMPORAL_ADDRESS / TEMPORAL_PROFILE / TEMPORAL_CONFIG_FILE
+    (durable_agent.temporal_config); else the dev server of this state dir (started if
+    needed)."""
+    address: str | None = None
+    hint = "check TEMPORAL_ADDRESS (or your Temporal profile), or unset it to use the embedded dev server"
+    if temporal_config.external():
+        try:
+            address = temporal_config.target()
+        except temporal_config.TemporalConfigError as exc:
+            raise CliError(str(exc), exc.hint) from None
     patience = connect_seconds()  # a server that is restarting comes back within seconds
     home: Path | None = None  # the embedded server's state dir, whose server the client follows
     if not address:
@@ -98,8 +105,7 @@ async def temporal_client(address: str, runtime: Runtime) -> Client:
     runs no worker starts in a fraction of the time. tests/test_cli_imports.py checks the two
     agree."""
     return await Client.connect(
-        address,
-        namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
+        **temporal_config.connect_kwargs(address),
         data_converter=data_converter(state_home()),
         runtime=runtime,
         plugins=_plugins(),

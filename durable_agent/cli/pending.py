@@ -6,7 +6,6 @@ retrying after an error — so `status` never shows a silent wait."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime, timedelta
 
 from temporalio.api.common.v1 import WorkflowExecution
@@ -16,6 +15,7 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverse
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from durable_agent import temporal_config
 from durable_agent.devserver import full_disk
 from durable_agent.paths import state_home
 
@@ -129,7 +129,7 @@ async def waiting_lines(client: Client, workflow_id: str) -> list[str]:
 
 def with_disk(line: str) -> str:
     """`line`, naming the state dir's disk when it is full (the embedded server's case)."""
-    if not os.environ.get("TEMPORAL_ADDRESS") and (disk := full_disk(state_home(), line)):
+    if not temporal_config.external() and (disk := full_disk(state_home(), line)):
         return f"{line} — {disk}"
     return line
 

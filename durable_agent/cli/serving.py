@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from durable_agent import warm
+from durable_agent import temporal_config, warm
 from durable_agent.cli.args import build_config, controls_for, workspace_dir
 from durable_agent.cli.connect import connect, require_api_key
 from durable_agent.cli.console import Console
@@ -56,7 +56,7 @@ def warm_worker_for(args: argparse.Namespace) -> warm.WarmRecord | None:
     DURABLE_AGENT_TASK_QUEUE), and only one of this environment and code."""
     if args.no_worker or getattr(args, "record", None):
         return None
-    if os.environ.get("TEMPORAL_ADDRESS") or os.environ.get("DURABLE_AGENT_TASK_QUEUE"):
+    if temporal_config.external() or os.environ.get("DURABLE_AGENT_TASK_QUEUE"):
         return None
     return warm.find(state_home())
 

@@ -1,0 +1,184 @@
+"""Running `python worker.py` as an operator would: its settings from the environment, a health
+endpoint, Prometheus metrics and a drain on SIGTERM.
+
+Settings (each `DURABLE_AGENT_…`; a bad value stops the worker with one line and a hint):
+TASK_QUEUE (`durable-agent`), MAX_CONCURRENT_ACTIVITIES (50), MAX_CONCURRENT_WORKFLOW_TASKS,
+MAX_CACHED_WORKFLOWS (1000), WORKFLOW_POLLERS and ACTIVITY_POLLERS (the SDK's defaults, 5),
+HEALTH_ADDRESS (`host:port`: GET /healthz answers while the process lives, /readyz while it
+polls, is not draining and reaches Temporal), METRICS_ADDRESS (`host:port`: the SDK's Prometheus
+endpoint, /metrics), DRAIN_SECONDS (600: on SIGTERM the worker stops polling and lets running
+activities — a long tool, a model call — finish for this long, then cancels the rest, which
+Temporal retries on another worker; a second SIGTERM stops at once), DEPLOYMENT and BUILD_ID
+(Worker Versioning: the Worker Deployment's name and this build's id; the build id defaults to
+the hash of the code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+PREFIX = "DURABLE_AGENT_"
+
+
+class SettingsError(Exception):
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class WorkerSettings(BaseModel):
+    """How a worker process runs; `from_env` reads DURABLE_AGENT_<FIELD>."""
+
+    task_queue: str = Field("durable-agent", min_length=1)
+    max_concurrent_activities: int = Field(50, ge=1)
+    max_concurrent_workflow_tasks: int | None = Field(None, ge=2)
+    max_cached_workflows: int = Field(1000, ge=0)
+    workflow_pollers: int | None = Field(None, ge=2)
+    activity_pollers: int | None = Field(None, ge=1)
+    health_address: str | None = None
+    metrics_address: str | None = None
+    drain_seconds: float = Field(600.0, ge=0)
+    deployment: str | None = None
+    build_id: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> WorkerSettings:
+        values = {
+            name: env[PREFIX + name.upper()]
+            for name in cls.model_fields
+            if env.get(PREFIX + name.upper(), "").strip()
+        }
+        try:
+            settings = cls.model_validate(values)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            name = PREFIX + str(error["loc"][0]).upper()
+            raise SettingsError(
+                f"{name}={values.get(str(error['loc'][0]))!r}: {error['msg']}",
+                f"fix or unset {name} (see `python worker.py --help`)",
+            ) from None
+        for name in ("health_address", "metrics_address"):
+            address = getattr(settings, name)
+            if address is not None:
+                try:
+                    host_port(address)
+                except ValueError as exc:
+                    raise SettingsError(
+                        f"{PREFIX}{name.upper()}={address!r}: {exc}",
+                        "give host:port, e.g. 0.0.0.0:8080 (or :8080)",
+                    ) from None
+        return settings
+
+
+def host_port(address: str) -> tuple[str, int]:
+    """`host:port`, `:port` or `port` → (host, port); the host defaults to 0.0.0.0."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError("not host:port")
+    return (host.strip("[]") or "0.0.0.0", int(port))  # noqa: S104 — an operator's choice
+
+
+class Health:
+    """The worker's state as its health endpoint tells it."""
+
+    def __init__(self, reachable: Callable[[], Awaitable[bool]] | None = None) -> None:
+        self.polling = False
+        self.draining = False
+        self._reachable = reachable
+
+    async def ready(self) -> tuple[bool, dict[str, Any]]:
+        state: dict[str, Any] = {"polling": self.polling, "draining": self.draining}
+        ok = self.polling and not self.draining
+        if ok and self._reachable is not None:
+            try:
+                state["temporal"] = await asyncio.wait_for(self._reachable(), 3.0)
+            except (TimeoutError, RuntimeError, OSError):
+                state["temporal"] = False
+            ok = bool(state["temporal"])
+        return ok, state
+
+    async def serve(self, address: str) -> asyncio.Server:
+        host, port = host_port(address)
+        return await asyncio.start_server(self._answer, host, port)
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 5.0)
+            while (await asyncio.wait_for(reader.readline(), 5.0)) not in (b"\r\n", b"\n", b""):
+                pass  # headers
+            parts = line.decode("latin-1").split()
+            path = parts[1].split("?")[0] if len(parts) > 1 else ""
+            if path == "/healthz":
+                status, body = 200, {"status": "alive", "draining": self.draining}
+            elif path == "/readyz":
+                ok, state = await self.ready()
+                status, body = (200 if ok else 503), {"status": "ready" if ok else "not ready"}
+                body.update(state)
+            else:
+                status, body = 404, {"status": "not found", "paths": ["/healthz", "/readyz"]}
+            data = json.dumps(body).encode()
+            reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
+            writer.write(
+                f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+                + data
+            )
+            await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def run_until_signalled(
+    worker: Any, health: Health, drain_seconds: float, say: Callable[[str], None] | None = None
+) -> None:
+    """Run `worker` until SIGTERM (or it fails), then drain: no more polling, running
+    activities finish for up to `drain_seconds` (the worker's graceful_shutdown_timeout),
+    the rest are cancelled and Temporal retries them elsewhere. A second SIGTERM exits at once."""
+    say = say or (lambda line: print(line, flush=True))
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_term() -> None:
+        if stop.is_set():
+            say("second SIGTERM: stopping now (running activities are retried elsewhere)")
+            os._exit(143)
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
+    running = asyncio.ensure_future(worker.run())
+    health.polling = True
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            running.result()  # a worker that failed: raise its error
+            return
+        health.draining = True
+        say(
+            f"SIGTERM: draining — no new work is taken; running activities may finish within "
+            f"{drain_seconds:g} s, then the rest are cancelled and retried on another worker"
+        )
+        await worker.shutdown()
+        await running
+        say("drained; exiting")
+    finally:
+        stopping.cancel()
+        loop.remove_signal_handler(signal.SIGTERM)
+        health.polling = False
+
+
+HELP = __doc__ or ""
+
+
+def print_help() -> None:
+    print(sys.modules["__main__"].__doc__ or "", HELP, sep="\n")

@@ -1,0 +1,277 @@
+"""A worker an operator can run (issue 26): settings from the environment, Temporal through an
+envconfig profile over TLS, a health endpoint, Prometheus metrics, and a drain on SIGTERM that
+lets a long tool finish."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from durable_agent import temporal_config
+from durable_agent.engine.state import Terminal
+from durable_agent.operating import SettingsError, WorkerSettings, host_port
+from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from durable_agent.temporal_config import TemporalConfigError
+from durable_agent.wiring import connect
+from tests.helpers import start_session, worker_env
+from tests.tls_proxy import TlsProxy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def get(url: str) -> tuple[int, str]:
+    """GET in a thread: the proxy in this event loop must go on carrying the worker's calls."""
+    return await asyncio.to_thread(_get, url)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 — loopback
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def wait_for(predicate, seconds: float = 60.0, what: str = "it") -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "worker.py"], cwd=ROOT, env=env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+# --- settings and profiles -------------------------------------------------------------------
+
+
+def test_worker_settings_come_from_the_environment():
+    settings = WorkerSettings.from_env(
+        {
+            "DURABLE_AGENT_MAX_CONCURRENT_ACTIVITIES": "8",
+            "DURABLE_AGENT_WORKFLOW_POLLERS": "3",
+            "DURABLE_AGENT_HEALTH_ADDRESS": ":8080",
+            "DURABLE_AGENT_DRAIN_SECONDS": "30",
+            "DURABLE_AGENT_DEPLOYMENT": "agents",
+            "DURABLE_AGENT_BUILD_ID": "v7",
+            "DURABLE_AGENT_MAX_CACHED_WORKFLOWS": " ",  # blank: the default
+        }
+    )
+    assert (settings.max_concurrent_activities, settings.workflow_pollers) == (8, 3)
+    assert (settings.drain_seconds, settings.deployment, settings.build_id) == (30, "agents", "v7")
+    assert settings.max_cached_workflows == 1000 and settings.task_queue == "durable-agent"
+    assert host_port(":8080") == ("0.0.0.0", 8080)
+    assert host_port("127.0.0.1:9") == ("127.0.0.1", 9)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("MAX_CONCURRENT_ACTIVITIES", "0", "greater than or equal to 1"),
+        ("DRAIN_SECONDS", "soon", "valid number"),
+        ("METRICS_ADDRESS", "localhost", "host:port"),
+    ],
+)
+def test_a_bad_worker_setting_is_one_line_and_a_hint(name, value, words):
+    with pytest.raises(SettingsError) as caught:
+        WorkerSettings.from_env({f"DURABLE_AGENT_{name}": value})
+    assert f"DURABLE_AGENT_{name}" in str(caught.value) and words in str(caught.value)
+    assert caught.value.hint
+
+
+def test_an_envconfig_profile_names_the_cluster(tmp_path):
+    config = tmp_path / "temporal.toml"
+    config.write_text(
+        '[profile.cloud]\naddress = "ns.acct.tmprl.cloud:7233"\nnamespace = "ns.acct"\n'
+        'api_key = "secret-key"\n'
+        '[profile.mtls]\naddress = "temporal.internal:7233"\n'
+        f'[profile.mtls.tls]\nclient_cert_path = "{tmp_path / "c.pem"}"\n'
+        f'client_key_path = "{tmp_path / "c.key"}"\n'
+    )
+    (tmp_path / "c.pem").write_text("cert")
+    (tmp_path / "c.key").write_text("key")
+    # nothing named: the embedded dev server, plain
+    assert temporal_config.connect_kwargs("127.0.0.1:7", {}) == {
+        "target_host": "127.0.0.1:7",
+        "namespace": "default",
+    }
+    cloud = temporal_config.connect_kwargs(
+        "127.0.0.1:7", {"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "cloud"}
+    )
+    assert cloud["target_host"] == "ns.acct.tmprl.cloud:7233" and cloud["tls"] is True
+    assert cloud["api_key"] == "secret-key" and cloud["namespace"] == "ns.acct"
+    described = temporal_config.describe(cloud)
+    assert "API key" in described and "TLS" in described and "secret-key" not in described
+    mtls = temporal_config.connect_kwargs(
+        None,
+        {
+            "TEMPORAL_CONFIG_FILE": str(config),
+            "TEMPORAL_PROFILE": "mtls",
+            "TEMPORAL_NAMESPACE": "team",  # the environment overrides the profile
+        },
+    )
+    assert mtls["tls"].client_cert == b"cert" and mtls["namespace"] == "team"
+    assert "mTLS" in temporal_config.describe(mtls)
+    for env in (
+        {"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "nope"},
+        {"TEMPORAL_CONFIG_FILE": str(tmp_path / "missing.toml")},
+    ):
+        with pytest.raises(TemporalConfigError) as caught:
+            temporal_config.connect_kwargs(None, env)
+        assert caught.value.hint
+
+
+def test_the_worker_refuses_a_bad_profile_in_one_line(tmp_path):
+    env = worker_env("http://127.0.0.1:9", tmp_path, "q", TEMPORAL_PROFILE="nowhere")
+    env["TEMPORAL_CONFIG_FILE"] = str(tmp_path / "absent.toml")
+    done = subprocess.run(
+        [sys.executable, "worker.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith("durable-agent worker: TEMPORAL_CONFIG_FILE names")
+    assert "Traceback" not in done.stderr and "hint:" in done.stderr
+
+
+# --- a worker over TLS, with health and metrics ------------------------------------------------
+
+
+async def test_a_worker_reaches_a_tls_only_temporal_through_a_profile(dev_env, tmp_path):
+    """The dev server behind a TLS-only proxy; the worker knows it only from an envconfig
+    profile (CA file and server name). It serves a session, answers /readyz and /metrics, and
+    exits 0 on SIGTERM."""
+    plain = dev_env.client.service_client.config.target_host
+    async with TlsProxy(plain, tmp_path) as proxy:
+        profile = tmp_path / "temporal.toml"
+        profile.write_text(
+            f'[profile.secure]\naddress = "{proxy.address}"\nnamespace = "default"\n'
+            f'[profile.secure.tls]\nserver_ca_cert_path = "{proxy.ca}"\n'
+            'server_name = "localhost"\n'
+        )
+        named = {"TEMPORAL_CONFIG_FILE": str(profile), "TEMPORAL_PROFILE": "secure"}
+        # TLS only: a plain client is refused
+        from temporalio.client import Client
+
+        with pytest.raises(RuntimeError):
+            await asyncio.wait_for(Client.connect(proxy.address), 10)
+        health, metrics = free_port(), free_port()
+        queue = f"tls-{uuid.uuid4().hex[:8]}"
+        with ReplayServer([text_turn("over TLS")]) as server:
+            env = worker_env(
+                server.base_url, tmp_path / "home", queue,
+                DURABLE_AGENT_HEALTH_ADDRESS=f"127.0.0.1:{health}",
+                DURABLE_AGENT_METRICS_ADDRESS=f"127.0.0.1:{metrics}",
+                **named,
+            )  # fmt: skip
+            worker = start_worker(env, tmp_path / "worker.log")
+            try:
+                os.environ.update(named)  # this test's client goes through the profile too
+                try:
+                    client = await connect()
+                finally:
+                    for name in named:
+                        os.environ.pop(name)
+                workspace = tmp_path / "ws"
+                workspace.mkdir()
+                _, handle = await start_session(client, workspace, queue, "hello")
+                status = await asyncio.wait_for(handle.result(), 120)
+                assert status.last_result is not None
+                assert status.last_result.final_text == "over TLS"
+                code, body = await get(f"http://127.0.0.1:{health}/readyz")
+                assert code == 200, body
+                ready = json.loads(body)
+                assert ready["polling"] and ready["temporal"] and not ready["draining"]
+                assert (await get(f"http://127.0.0.1:{health}/healthz"))[0] == 200
+                assert (await get(f"http://127.0.0.1:{health}/nothing"))[0] == 404
+                code, scraped = await get(f"http://127.0.0.1:{metrics}/metrics")
+                assert code == 200 and "temporal_" in scraped
+                assert f'task_queue="{queue}"' in scraped
+            finally:
+                worker.send_signal(signal.SIGTERM)  # waited in a thread: the proxy runs here
+                returncode = await asyncio.to_thread(worker.wait, 60)
+        log = (tmp_path / "worker.log").read_text()
+        assert returncode == 0, log
+        assert f"at {proxy.address} (namespace default, TLS)" in log
+        assert "drained" in log
+        assert proxy.handshakes >= 2  # the worker's and this test's connections
+
+
+# --- SIGTERM during a long tool --------------------------------------------------------------
+
+
+async def test_sigterm_during_a_long_tool_lets_it_finish(dev_env, tmp_path):
+    """SIGTERM while a Bash call runs: the worker stops taking work and says it is not ready,
+    the tool runs to its end, its real result is reported by the draining worker, which then
+    exits 0; a new worker (a replacement pod) carries the session on. The tool ran once."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    started, finished = workspace / "started", workspace / "finished"
+    command = (
+        f"python3 -c \"open('{started}', 'a').write('x'); import time; time.sleep(4); "
+        f"open('{finished}', 'w').write('y'); print('tool output ok')\""
+    )
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("all done")]
+    queue = f"drain-{uuid.uuid4().hex[:8]}"
+    health = free_port()
+    with ReplayServer(turns) as server:
+        address = dev_env.client.service_client.config.target_host
+        env = worker_env(
+            server.base_url, tmp_path / "home", queue, address,
+            DURABLE_AGENT_DRAIN_SECONDS="60",
+            DURABLE_AGENT_HEALTH_ADDRESS=f"127.0.0.1:{health}",
+        )  # fmt: skip
+        log = tmp_path / "worker.log"
+        worker = start_worker(env, log)
+        replacement = None
+        try:
+            _, handle = await start_session(
+                dev_env.client, workspace, queue, "go", config={"tool_heartbeat_seconds": 2}
+            )
+            await wait_for(started.exists, 90, "the tool to start")
+            worker.send_signal(signal.SIGTERM)
+            await wait_for(lambda: "draining" in log.read_text(), 10, "the drain to begin")
+            code, body = await get(f"http://127.0.0.1:{health}/readyz")
+            assert code == 503 and json.loads(body)["draining"], body
+            assert worker.poll() is None and not finished.exists()  # waits for the tool
+            returncode = await asyncio.to_thread(worker.wait, 60)
+            assert finished.exists(), "the worker exited before its tool ended"
+            assert returncode == 0, log.read_text()
+            replacement = start_worker(env, tmp_path / "replacement.log")
+            status = await asyncio.wait_for(handle.result(), 120)
+        finally:
+            for proc in (worker, replacement):
+                if proc is not None and proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()
+    assert status.last_result is not None
+    assert status.last_result.terminal == Terminal.COMPLETED
+    assert status.last_result.final_text == "all done"
+    assert started.read_text() == "x"  # ran once
+    result = server.requests[1]["messages"][-1]["content"][0]
+    assert result["tool_use_id"] == "b1" and not result.get("is_error")
+    assert "tool output ok" in str(result["content"])
