@@ -177,6 +177,62 @@ async def run_until_signalled(
         health.polling = False
 
 
+async def promote_first_version(
+    client: Any,
+    deployment: str,
+    build_id: str,
+    say: Callable[[str], None] | None = None,
+    seconds: float = 60.0,
+) -> bool:
+    """Make this build the deployment's current version if it has none (its first rollout: a
+    versioned worker is sent no task until some version is current). Later builds are promoted
+    by the operator (`temporal worker deployment set-current-version`, infra/README.md).
+    Waits up to `seconds` for the server to see this worker's pollers; True if it promoted."""
+    from temporalio.api.workflowservice.v1 import (
+        DescribeWorkerDeploymentRequest,
+        SetWorkerDeploymentCurrentVersionRequest,
+    )
+    from temporalio.service import RPCError
+
+    say = say or (lambda line: print(line, flush=True))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        try:
+            described = await client.workflow_service.describe_worker_deployment(
+                DescribeWorkerDeploymentRequest(
+                    namespace=client.namespace, deployment_name=deployment
+                )
+            )
+        except RPCError:  # not known until a poller of it has been seen
+            described = None
+        if described is not None:
+            info = described.worker_deployment_info
+            current = info.routing_config.current_deployment_version
+            if current.build_id:  # some version is current: the operator's to change
+                return False
+            if any(v.deployment_version.build_id == build_id for v in info.version_summaries):
+                try:
+                    await client.workflow_service.set_worker_deployment_current_version(
+                        SetWorkerDeploymentCurrentVersionRequest(
+                            namespace=client.namespace,
+                            deployment_name=deployment,
+                            build_id=build_id,
+                            conflict_token=described.conflict_token,
+                            identity=f"durable-agent worker {os.getpid()}",
+                        )
+                    )
+                except RPCError:  # another worker promoted meanwhile: look again
+                    pass
+                else:
+                    say(f"build {build_id!r} is now the current version of {deployment!r}")
+                    return True
+        if loop.time() > deadline:
+            say(f"could not make build {build_id!r} current in {deployment!r}; see infra/README.md")
+            return False
+        await asyncio.sleep(0.2)
+
+
 HELP = __doc__ or ""
 
 

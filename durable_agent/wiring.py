@@ -38,17 +38,25 @@ from activities.turns import TurnActivities
 from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue_of
 from durable_agent import telemetry, temporal_config
 from durable_agent.mcp.connections import McpConnections
-from durable_agent.operating import Health, WorkerSettings, host_port, run_until_signalled
+from durable_agent.operating import (
+    Health,
+    WorkerSettings,
+    host_port,
+    promote_first_version,
+    run_until_signalled,
+)
 from durable_agent.paths import state_home
 from durable_agent.payloads import data_converter
 from durable_agent.store import open_store
 from durable_agent.warm import code_build_id
 from workflows.query import QueryWorkflow
 from workflows.schedules import ScheduledPromptWorkflow
-from workflows.session import SessionWorkflow
+from workflows.session import AutoUpgradingSessionWorkflow, SessionWorkflow
 
 DEFAULT_TASK_QUEUE = "durable-agent"
 WORKFLOWS = [SessionWorkflow, QueryWorkflow, ScheduledPromptWorkflow]
+VERSIONED_WORKFLOWS = [AutoUpgradingSessionWorkflow, QueryWorkflow, ScheduledPromptWorkflow]
+"""Under Worker Versioning: sessions move to the current build, prompts stay pinned."""
 
 
 def build_worker(
@@ -59,6 +67,7 @@ def build_worker(
     max_concurrent_activities: int = 50,
     model: ModelActivities | None = None,
     settings: WorkerSettings | None = None,
+    workflows: list[type] | None = None,
 ) -> Worker | Workers:
     """The worker of `task_queue`; with a shared store (PostgresStore), also the worker of its
     own host queue, where the tools and hooks of the travelling workspaces it hosts run.
@@ -105,7 +114,7 @@ def build_worker(
             *claim,
         ],
         settings,
-        workflows=WORKFLOWS,
+        workflows=workflows or (VERSIONED_WORKFLOWS if settings.deployment else WORKFLOWS),
     )
     if hosts is None:
         return main
@@ -284,8 +293,17 @@ async def main() -> None:
     server = await health.serve(settings.health_address) if settings.health_address else None
     if server is not None:
         print(f"health on {settings.health_address} (/healthz, /readyz)", flush=True)
+    promoting = None
+    if settings.deployment:
+        build_id = settings.build_id or code_build_id()
+        print(f"Worker Deployment {settings.deployment!r}, build {build_id!r}", flush=True)
+        promoting = asyncio.ensure_future(
+            promote_first_version(client, settings.deployment, build_id)
+        )
     try:
         await run_until_signalled(worker, health, settings.drain_seconds)
     finally:
+        if promoting is not None:
+            promoting.cancel()
         if server is not None:
             server.close()

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ChildWorkflowError, FailureError
 from temporalio.workflow import ChildWorkflowHandle
 
@@ -444,3 +445,16 @@ class SessionWorkflow:
                 static_summary=req.prompt[:200],
                 execution_timeout=timedelta(days=1),
             )
+
+
+# Under Worker Versioning (a worker with DURABLE_AGENT_DEPLOYMENT) a session moves to each new
+# build as it becomes current: it lives for days, and its code stays replayable through
+# workflow.patched, checked against tests/histories. Its prompts (QueryWorkflow) and their
+# sub-agents stay on the build that started them (the worker's default, PINNED). A behaviour
+# may only be declared to a versioned worker (the server refuses it from any other), hence a
+# class of its own that only a versioned worker registers.
+@workflow.defn(name=Workflows.SESSION, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+class AutoUpgradingSessionWorkflow(SessionWorkflow):
+    @workflow.run
+    async def run(self, inp: SessionInput) -> SessionStatus:
+        return await super().run(inp)

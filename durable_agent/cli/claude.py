@@ -37,12 +37,19 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from durable_agent import warm
 from durable_agent.cli.args import _permission_options, parser, positive_usd
 from durable_agent.cli.claude_input import InputError, Stdin, parse_line
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.following import follow_with
-from durable_agent.cli.serving import prepared, serving
+from durable_agent.cli.serving import (
+    prepared,
+    served_warm,
+    serving,
+    warm_eligible,
+    warm_worker_for,
+)
 from durable_agent.cli.sessions import (
     compact_request,
     find_session,
@@ -876,11 +883,21 @@ async def _start(
     summary: str,
 ) -> WorkflowHandle[Any, SessionStatus]:
     """Start the session on a queue of its own, served by a worker in this process (unless
-    --no-worker) for as long as `stack` lasts."""
-    from durable_agent.wiring import build_worker
-
+    --no-worker) for as long as `stack` lasts; or, when the warm worker of this environment
+    and code runs, on its queue (this process then imports no worker: anthropic alone takes
+    longer than the 1.5 s a run may take to its first request)."""
     task_queue = new_session_queue(ns, start.session_id)
-    if not ns.no_worker:
+    found = warm_worker_for(ns)
+    if found is not None:
+        task_queue = found.task_queue
+        await stack.enter_async_context(served_warm(client, Console("json"), found))
+    elif not ns.no_worker:
+        from durable_agent.wiring import build_worker
+
+        if warm_eligible(ns):  # for the next run from this shell
+            from durable_agent.paths import state_home
+
+            warm.spawn(state_home())
         follow_with(client, await stack.enter_async_context(build_worker(client, task_queue)))
     return await client.start_workflow(
         Workflows.SESSION,

@@ -54,11 +54,13 @@ def warm_worker_for(args: argparse.Namespace) -> warm.WarmRecord | None:
     """The warm worker that can serve this command's new session: only on the embedded dev
     server, with a worker of this process's own kind (not --no-worker, --record or an explicit
     DURABLE_AGENT_TASK_QUEUE), and only one of this environment and code."""
+    return warm.find(state_home()) if warm_eligible(args) else None
+
+
+def warm_eligible(args: argparse.Namespace) -> bool:
     if args.no_worker or getattr(args, "record", None):
-        return None
-    if temporal_config.external() or os.environ.get("DURABLE_AGENT_TASK_QUEUE"):
-        return None
-    return warm.find(state_home())
+        return False
+    return not (temporal_config.external() or os.environ.get("DURABLE_AGENT_TASK_QUEUE"))
 
 
 @contextlib.asynccontextmanager
@@ -169,6 +171,10 @@ async def prepared(
             factory = default_client
             if record is not None:
                 factory = _recording(stack, record, console)
+            if warm_eligible(args):
+                # none matched this environment and code (warm_worker_for): one starts beside
+                # this run, so that the next run from this shell needs no worker of its own
+                warm.spawn(state_home())
             worker = build_worker(client, task_queue, client_factory=factory)
             follow_with(client, await stack.enter_async_context(worker))
         yield client, config

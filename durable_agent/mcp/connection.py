@@ -20,10 +20,16 @@ from mcp import types
 from mcp.client.session import ClientSession, IncomingMessage
 
 from durable_agent.mcp.config import McpServerSpec, tool_name
-from durable_agent.mcp.contracts import McpStatus, McpTool
+from durable_agent.mcp.contracts import (  # noqa: F401 — re-exported
+    CONNECT_TIMEOUT_SECONDS,
+    REASON_CHARS,
+    ConnectFailed,
+    McpStatus,
+    McpTool,
+    one_line,
+)
 from durable_agent.mcp.transports import StderrTail, WatchedStream, open_transport
 
-CONNECT_TIMEOUT_SECONDS = 30.0
 LIST_TIMEOUT_SECONDS = 30.0
 CLOSE_TIMEOUT_SECONDS = 10.0
 CALL_GRACE_SECONDS = 5.0
@@ -31,7 +37,6 @@ CALL_GRACE_SECONDS = 5.0
 MAX_DESCRIPTION_CHARS = 2048
 """A tool's description is cut here: every tool list goes into every model request."""
 MAX_TOOL_PAGES = 100
-REASON_CHARS = 300
 log = logging.getLogger(__name__)
 
 
@@ -42,23 +47,6 @@ def _client_info() -> types.Implementation:
     except PackageNotFoundError:
         ours = "0"
     return types.Implementation(name="durable-agent", version=ours)
-
-
-class ConnectFailed(Exception):
-    def __init__(self, status: McpStatus, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-def one_line(exc: BaseException) -> str:
-    """The innermost error of an exception (group) as one short line."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, OSError) and exc.strerror:
-        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
-    return text[:REASON_CHARS]
 
 
 class Connection:

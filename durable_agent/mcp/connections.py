@@ -12,26 +12,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Any
-
-from mcp import types
-from mcp.shared.exceptions import MCPError
+from typing import TYPE_CHECKING, Any
 
 from durable_agent.engine.messages import ImageBlock, TextBlock
 from durable_agent.mcp.config import McpServerSpec
-from durable_agent.mcp.connection import (
-    CONNECT_TIMEOUT_SECONDS,
-    ConnectFailed,
-    Connection,
-    one_line,
-)
 from durable_agent.mcp.contracts import (
+    CONNECT_TIMEOUT_SECONDS,
     MAX_OUTPUT_TOKENS,
     CallMcpToolOutput,
+    ConnectFailed,
     McpServerState,
     McpStatus,
+    one_line,
 )
-from durable_agent.mcp.results import map_result
+
+if TYPE_CHECKING:
+    from durable_agent.mcp.connection import Connection
+
+# The `mcp` package (0.5 s to import) is imported by the first connection, not by every
+# worker at start: most sessions configure no MCP server.
 
 
 class McpConnections:
@@ -54,6 +53,8 @@ class McpConnections:
             if old is not None:
                 del self._open[key]
                 await old.close()
+            from durable_agent.mcp.connection import Connection
+
             conn = Connection(spec, cwd)
             await conn.open(self.connect_timeout)
             conn.tools_changed.set()  # until listed: its tools may differ from those recorded
@@ -134,6 +135,8 @@ class McpConnections:
                     await self._drop(key, conn)
                     continue
                 return await self._call_failed(key, conn, tool, exc, timeout_seconds, status)
+            from durable_agent.mcp.results import map_result
+
             content, is_error = map_result(result, max_output_tokens)
             return CallMcpToolOutput(content=content, is_error=is_error, status=status)
         raise AssertionError("unreachable: the second attempt returns")
@@ -147,6 +150,9 @@ class McpConnections:
         timeout_seconds: float,
         status: McpServerState | None,
     ) -> CallMcpToolOutput:
+        from mcp import types
+        from mcp.shared.exceptions import MCPError
+
         code = exc.code if isinstance(exc, MCPError) else None
         name = conn.spec.name
         if isinstance(exc, TimeoutError) or code == types.REQUEST_TIMEOUT:

@@ -89,3 +89,24 @@ class CloseMcpInput(BaseModel):
 
 class CloseMcpOutput(BaseModel):
     closed: int = 0
+
+
+CONNECT_TIMEOUT_SECONDS = 30.0
+REASON_CHARS = 300
+
+
+class ConnectFailed(Exception):
+    def __init__(self, status: McpStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def one_line(exc: BaseException) -> str:
+    """The innermost error of an exception (group) as one short line."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return text[:REASON_CHARS]
