@@ -282,17 +282,25 @@ async def main() -> None:
     metrics and drain: durable_agent.operating."""
     settings = WorkerSettings.from_env()
     telemetry.setup_from_env()
+    # The health endpoint answers from the start: alive while the worker waits for Temporal
+    # (up to DURABLE_AGENT_RECONNECT_SECONDS), ready once it polls.
+    clients: list[Client] = []
+
+    async def reachable() -> bool:
+        return bool(clients) and await clients[0].service_client.check_health()
+
+    health = Health(reachable)
+    server = await health.serve(settings.health_address) if settings.health_address else None
     address = worker_address()
     client = await connect_patiently(address, worker_runtime(settings))
+    clients.append(client)
     where = address
     if temporal_config.external():  # namespace, TLS, API key: never the key itself
         where = temporal_config.describe(temporal_config.connect_kwargs())
     print(f"worker on task queue {settings.task_queue!r} at {where}", flush=True)
-    worker = build_worker(client, settings.task_queue, settings=settings)
-    health = Health(lambda: client.service_client.check_health())
-    server = await health.serve(settings.health_address) if settings.health_address else None
     if server is not None:
         print(f"health on {settings.health_address} (/healthz, /readyz)", flush=True)
+    worker = build_worker(client, settings.task_queue, settings=settings)
     promoting = None
     if settings.deployment:
         build_id = settings.build_id or code_build_id()
