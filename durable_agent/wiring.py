@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import (
     LoggingConfig,
+    OpenTelemetryConfig,
     PrometheusConfig,
     Runtime,
     TelemetryConfig,
@@ -267,13 +268,19 @@ def worker_address() -> str:
 
 
 def worker_runtime(settings: WorkerSettings) -> Runtime | None:
-    """The SDK runtime with a Prometheus endpoint when DURABLE_AGENT_METRICS_ADDRESS asks."""
-    if not settings.metrics_address:
+    """The SDK runtime exporting its metrics: a Prometheus endpoint when
+    DURABLE_AGENT_METRICS_ADDRESS asks, else OTLP/gRPC to OTEL_EXPORTER_OTLP_ENDPOINT when
+    DURABLE_AGENT_OTEL=otlp."""
+    metrics: PrometheusConfig | OpenTelemetryConfig
+    if settings.metrics_address:
+        host, port = host_port(settings.metrics_address)
+        metrics = PrometheusConfig(bind_address=f"{host}:{port}")
+    elif os.environ.get(telemetry.OTEL_ENV, "").strip().lower() == "otlp":
+        endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4317"
+        metrics = OpenTelemetryConfig(url=endpoint)
+    else:
         return None
-    host, port = host_port(settings.metrics_address)
-    return Runtime(
-        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"{host}:{port}"))
-    )
+    return Runtime(telemetry=TelemetryConfig(metrics=metrics))
 
 
 async def main() -> None:
