@@ -24,6 +24,9 @@ DYNAMIC_CONFIG = [
     # and a new worker's pollers show at once (with 4, `describe` saw them after ~50 s at times).
     "matching.numTaskqueueReadPartitions=1",
     "matching.numTaskqueueWritePartitions=1",
+    # Tasks of a backed-up queue go out by the sessions' fairness keys (their tenants,
+    # durable_agent/fairness.py), not first come, first served.
+    "matching.enableFairness=true",
 ]
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233

@@ -3,14 +3,17 @@ endpoint, Prometheus metrics and a drain on SIGTERM.
 
 Settings (each `DURABLE_AGENT_…`; a bad value stops the worker with one line and a hint):
 TASK_QUEUE (`durable-agent`), MAX_CONCURRENT_ACTIVITIES (50), MAX_CONCURRENT_WORKFLOW_TASKS,
-MAX_CACHED_WORKFLOWS (1000), WORKFLOW_POLLERS and ACTIVITY_POLLERS (the SDK's defaults, 5),
+MAX_CACHED_WORKFLOWS (the SDK's 1000), WORKFLOW_POLLERS and ACTIVITY_POLLERS (the SDK's defaults, 5),
 HEALTH_ADDRESS (`host:port`: GET /healthz answers while the process lives, /readyz while it
 polls, is not draining and reaches Temporal), METRICS_ADDRESS (`host:port`: the SDK's Prometheus
 endpoint, /metrics), DRAIN_SECONDS (600: on SIGTERM the worker stops polling and lets running
 activities — a long tool, a model call — finish for this long, then cancels the rest, which
 Temporal retries on another worker; a second SIGTERM stops at once), DEPLOYMENT and BUILD_ID
 (Worker Versioning: the Worker Deployment's name and this build's id; the build id defaults to
-the hash of the code).
+the hash of the code), MODEL_TASK_QUEUE (also serve the fleet's model queue: sessions started
+on the shared queue with the same variable set make their model calls there),
+MODEL_CALLS_PER_SECOND (the most model calls started per second on that queue, across the
+fleet, shared between tenants by their fairness keys) and MAX_CONCURRENT_MODEL_CALLS (here).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ class WorkerSettings(BaseModel):
     task_queue: str = Field("durable-agent", min_length=1)
     max_concurrent_activities: int = Field(50, ge=1)
     max_concurrent_workflow_tasks: int | None = Field(None, ge=2)
-    max_cached_workflows: int = Field(1000, ge=0)
+    max_cached_workflows: int | None = Field(None, ge=0)
+    """None: the SDK's default (1000)."""
     workflow_pollers: int | None = Field(None, ge=2)
     activity_pollers: int | None = Field(None, ge=1)
     health_address: str | None = None
@@ -48,6 +52,9 @@ class WorkerSettings(BaseModel):
     drain_seconds: float = Field(600.0, ge=0)
     deployment: str | None = None
     build_id: str | None = None
+    model_task_queue: str | None = None
+    model_calls_per_second: float | None = Field(None, gt=0)
+    max_concurrent_model_calls: int | None = Field(None, ge=1)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> WorkerSettings:
@@ -65,6 +72,14 @@ class WorkerSettings(BaseModel):
                 f"{name}={values.get(str(error['loc'][0]))!r}: {error['msg']}",
                 f"fix or unset {name} (see `python worker.py --help`)",
             ) from None
+        if settings.model_task_queue is None:
+            for name in ("model_calls_per_second", "max_concurrent_model_calls"):
+                if getattr(settings, name) is not None:
+                    raise SettingsError(
+                        f"{PREFIX}{name.upper()} is set but {PREFIX}MODEL_TASK_QUEUE is not",
+                        f"set {PREFIX}MODEL_TASK_QUEUE (the fleet's model queue), or unset "
+                        f"{PREFIX}{name.upper()}",
+                    )
         for name in ("health_address", "metrics_address"):
             address = getattr(settings, name)
             if address is not None:

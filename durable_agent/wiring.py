@@ -73,7 +73,11 @@ def build_worker(
     """The worker of `task_queue`; with a shared store (PostgresStore), also the worker of its
     own host queue, where the tools and hooks of the travelling workspaces it hosts run.
     `settings` (a worker process's, from its environment) override the concurrency given."""
-    settings = settings or WorkerSettings(max_concurrent_activities=max_concurrent_activities)
+    # A CLI's or a test's worker stops at once when its `async with` ends (what runs then is
+    # cancelled and retried elsewhere): only `python worker.py` drains (its settings say so).
+    settings = settings or WorkerSettings(
+        max_concurrent_activities=max_concurrent_activities, drain_seconds=0
+    )
     # Before any tool or hook runs: none of them may read this process's credentials.
     protect_worker_process()
     store = store or open_store()
@@ -117,48 +121,78 @@ def build_worker(
         settings,
         workflows=workflows or (VERSIONED_WORKFLOWS if settings.deployment else WORKFLOWS),
     )
-    if hosts is None:
-        return main
-    checkpoint = WorkspaceActivities(hosts).checkpoint_workspace
-    host = _worker(client, hosts.host_queue, [*place, checkpoint], settings)
-    return Workers(main, host)
+    group = [main]
+    if settings.model_task_queue:  # the fleet's rate-limited model calls (fairness.py)
+        group.append(_model_worker(client, model, settings))
+    if hosts is not None:
+        checkpoint = WorkspaceActivities(hosts).checkpoint_workspace
+        group.append(_worker(client, hosts.host_queue, [*place, checkpoint], settings))
+    return main if len(group) == 1 else Workers(group)
+
+
+def _model_worker(client: Client, model: ModelActivities, settings: WorkerSettings) -> Worker:
+    """The worker of the fleet's model queue: only model calls, at most
+    model_calls_per_second across every worker of the queue (the server enforces it, shared
+    out by the sessions' fairness keys) and max_concurrent_model_calls here."""
+    assert settings.model_task_queue is not None
+    limits = settings.model_copy(
+        update={
+            "max_concurrent_activities": settings.max_concurrent_model_calls
+            or settings.max_concurrent_activities
+        }
+    )
+    return _worker(
+        client,
+        settings.model_task_queue,
+        [model.call_model],
+        limits,
+        max_task_queue_activities_per_second=settings.model_calls_per_second,
+    )
 
 
 class Workers:
-    """A worker of the shared queue and one of this process's host queue, run together."""
+    """A process's workers run together: the shared queue's, and the fleet's model queue's and
+    this process's host queue's when it has them. The first is the main one."""
 
-    def __init__(self, main: Worker, host: Worker) -> None:
-        self.main, self.host = main, host
+    def __init__(self, group: list[Worker]) -> None:
+        self.group = group
 
     @property
     def client(self) -> Client:
-        return self.main.client
+        return self.group[0].client
 
     @client.setter
-    def client(self, client: Client) -> None:  # the CLI's server-following moves both
-        self.main.client = client
-        self.host.client = client
+    def client(self, client: Client) -> None:  # the CLI's server-following moves them all
+        for worker in self.group:
+            worker.client = client
 
     async def __aenter__(self) -> Workers:
-        await self.main.__aenter__()
+        entered: list[Worker] = []
         try:
-            await self.host.__aenter__()
+            for worker in self.group:
+                await worker.__aenter__()
+                entered.append(worker)
         except BaseException:
-            await self.main.__aexit__(None, None, None)
+            for worker in reversed(entered):
+                await worker.__aexit__(None, None, None)
             raise
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        try:
-            await self.host.__aexit__(*exc)
-        finally:
-            await self.main.__aexit__(*exc)
+        failure: BaseException | None = None
+        for worker in reversed(self.group):  # each one shut down, whatever another raised
+            try:
+                await worker.__aexit__(*exc)
+            except BaseException as err:  # noqa: BLE001 — raised below, after the rest
+                failure = failure or err
+        if failure is not None:
+            raise failure
 
     async def run(self) -> None:
-        await asyncio.gather(self.main.run(), self.host.run())
+        await asyncio.gather(*(worker.run() for worker in self.group))
 
     async def shutdown(self) -> None:
-        await asyncio.gather(self.main.shutdown(), self.host.shutdown())
+        await asyncio.gather(*(worker.shutdown() for worker in self.group))
 
 
 def _worker(
@@ -167,6 +201,7 @@ def _worker(
     activities: list[Callable[..., Any]],
     settings: WorkerSettings,
     workflows: list[type] | None = None,
+    max_task_queue_activities_per_second: float | None = None,
 ) -> Worker:
     polling: dict[str, Any] = {}
     if settings.workflow_pollers:
@@ -186,6 +221,8 @@ def _worker(
         )
     else:
         polling["build_id"] = settings.build_id or code_build_id()
+    if settings.max_cached_workflows is not None:
+        polling["max_cached_workflows"] = settings.max_cached_workflows
     return Worker(
         client,
         task_queue=task_queue,
@@ -193,8 +230,8 @@ def _worker(
         activities=activities,
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
-        max_cached_workflows=settings.max_cached_workflows,
         graceful_shutdown_timeout=timedelta(seconds=settings.drain_seconds),
+        max_task_queue_activities_per_second=max_task_queue_activities_per_second,
         **polling,
         # A killed worker's sessions move to another worker after this, not the default 10 s.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),

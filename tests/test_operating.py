@@ -84,7 +84,7 @@ def test_worker_settings_come_from_the_environment():
     )
     assert (settings.max_concurrent_activities, settings.workflow_pollers) == (8, 3)
     assert (settings.drain_seconds, settings.deployment, settings.build_id) == (30, "agents", "v7")
-    assert settings.max_cached_workflows == 1000 and settings.task_queue == "durable-agent"
+    assert settings.max_cached_workflows is None and settings.task_queue == "durable-agent"
     assert host_port(":8080") == ("0.0.0.0", 8080)
     assert host_port("127.0.0.1:9") == ("127.0.0.1", 9)
 

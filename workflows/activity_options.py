@@ -94,6 +94,7 @@ def call_model(req: CallModelInput, cfg: QueryConfig, summary: str) -> Awaitable
     return workflow.execute_activity(
         Activities.CALL_MODEL,
         req,
+        task_queue=opts.model_task_queue,  # None (the session's queue) in every older history
         cancellation_type=_on_interrupt(),
         result_type=CallModelOutput,
         start_to_close_timeout=timedelta(seconds=opts.model_call_timeout_seconds),

@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:  # Ctrl-C while the CLI starts (imports): nothing has begun
         os._exit(EXIT_DETACHED)
     _started()
+    if getattr(args, "tenant", None) is not None:  # read where the session starts (fairness.py)
+        os.environ["DURABLE_AGENT_TENANT"] = args.tenant
     if args.command is None:
         parser().print_help()
         sys.exit(EXIT_USAGE)

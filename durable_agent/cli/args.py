@@ -477,6 +477,12 @@ def _query_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", default=".", help="directory the tools work in (default: .)")
     _permission_options(p)
     p.add_argument("--model", help=f"model id (default: $ANTHROPIC_MODEL or {DEFAULT_MODEL})")
+    p.add_argument(
+        "--tenant",
+        help="whose session this is (default: $DURABLE_AGENT_TENANT): a fleet shares its "
+        "workers between tenants in proportion to their weights "
+        "($DURABLE_AGENT_TENANT_WEIGHT), so one tenant's burst does not starve another",
+    )
     p.add_argument("--max-turns", type=_positive, help="stop with max_turns after N model turns")
     p.add_argument(
         "--max-budget-usd",

@@ -26,6 +26,7 @@ from durable_agent.cli.serving import prepared, serving
 from durable_agent.cli.sessions import (
     compact_request,
     find_session,
+    fleet_start,
     new_session_id,
     new_session_queue,
     session_memo,
@@ -80,6 +81,7 @@ async def chat(
     travel = None
     if memo is not None:
         travel = await upload(config.workspace, console)
+        config, fair = fleet_start(config, task_queue)
         handle = await client.start_workflow(
             Workflows.SESSION,
             SessionInput(
@@ -92,6 +94,7 @@ async def chat(
             static_summary="chat",
             memo=memo,
             result_type=SessionStatus,
+            **fair,
         )
     else:
         handle = client.get_workflow_handle(session_id, result_type=SessionStatus)

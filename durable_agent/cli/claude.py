@@ -53,6 +53,7 @@ from durable_agent.cli.serving import (
 from durable_agent.cli.sessions import (
     compact_request,
     find_session,
+    fleet_start,
     new_session_queue,
     session_memo,
     state_name,
@@ -899,14 +900,16 @@ async def _start(
 
             warm.spawn(state_home())
         follow_with(client, await stack.enter_async_context(build_worker(client, task_queue)))
+    config, fair = fleet_start(start.config, task_queue)
     return await client.start_workflow(
         Workflows.SESSION,
-        start,
+        start.model_copy(update={"config": config}),
         id=start.session_id,
         task_queue=task_queue,
         static_summary=summary,
         memo=session_memo(task_queue, start.config, "claude"),
         result_type=SessionStatus,
+        **fair,
     )
 
 

@@ -9,9 +9,18 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState
+from temporalio.api.enums.v1 import (
+    EventType,
+    PendingActivityState,
+    PendingWorkflowTaskState,
+    TaskQueueType,
+)
+from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflow.v1 import PendingActivityInfo, PendingWorkflowTaskInfo
-from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+)
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -52,9 +61,17 @@ def is_progress(line: str) -> bool:
 
 
 def describe_activity(
-    info: PendingActivityInfo, now: datetime, summary: str, task_queue: str
+    info: PendingActivityInfo,
+    now: datetime,
+    summary: str,
+    task_queue: str,
+    tenant: str = "",
+    polled: bool = False,
 ) -> str:
-    """One line: which step, in what state, and what happens next without anyone acting."""
+    """One line: which step, in what state, and what happens next without anyone acting.
+    `tenant`: the session's fairness key; `polled`: workers poll the step's queue (so a step of
+    a tenant's session that waits is waiting for its share, not for a worker)."""
+    task_queue = activity_queue(info, task_queue)
     name = summary or STEP_NAMES.get(info.activity_type.name, info.activity_type.name)
     attempt = f"attempt {info.attempt}" if info.attempt > 1 else "first attempt"
     failure = (
@@ -69,6 +86,12 @@ def describe_activity(
         if failure and retry_at is not None and retry_at > now:
             return f"{name}: retrying in {_seconds(retry_at - now)} ({attempt}) after: {failure}"
         scheduled = _time(info, "scheduled_time")
+        if tenant and polled and not failure:
+            return (
+                f"{name}: waiting for its share — tenant {tenant!r}, scheduled "
+                f"{_when(scheduled, now)}; the workers of task queue {task_queue!r} are busy "
+                "with other sessions"
+            )
         line = f"{name}: waiting for a worker to take it (scheduled {_when(scheduled, now)}, {attempt})"
         if failure:
             line += f"; last error: {failure}"
@@ -116,8 +139,22 @@ async def waiting_lines(client: Client, workflow_id: str) -> list[str]:
     raw = desc.raw_description
     now = datetime.now(UTC)
     summaries = await _summaries(client, workflow_id) if raw.pending_activities else {}
+    tenant = raw.workflow_execution_info.priority.fairness_key
+    waiting = {
+        activity_queue(a, desc.task_queue)
+        for a in raw.pending_activities
+        if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
+    }
+    polled = {q for q in waiting if tenant and await _polled(client, q)}
     lines = [
-        describe_activity(a, now, summaries.get(a.activity_id, ""), desc.task_queue)
+        describe_activity(
+            a,
+            now,
+            summaries.get(a.activity_id, ""),
+            desc.task_queue,
+            tenant,
+            activity_queue(a, desc.task_queue) in polled,
+        )
         for a in raw.pending_activities
     ]
     if raw.HasField("pending_workflow_task"):
@@ -125,6 +162,28 @@ async def waiting_lines(client: Client, workflow_id: str) -> list[str]:
         if line:
             lines.append(line)
     return lines
+
+
+def activity_queue(info: PendingActivityInfo, task_queue: str) -> str:
+    """The queue a pending step is on: its own (the fleet's model queue, a workspace host's),
+    else its workflow's."""
+    return info.activity_options.task_queue.name or task_queue
+
+
+async def _polled(client: Client, task_queue: str) -> bool:
+    """Whether any worker has polled `task_queue` for activities lately."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    )
+    try:
+        found = await client.workflow_service.describe_task_queue(
+            request, timeout=timedelta(seconds=5)
+        )
+    except RPCError:
+        return False
+    return bool(found.pollers)
 
 
 def with_disk(line: str) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from durable_agent import fairness
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.engine.contracts import PromptRequest
@@ -63,12 +64,26 @@ def api_endpoint() -> str:
 def session_memo(task_queue: str, config: QueryConfig, command: str) -> dict[str, Any]:
     """Where a session runs, for `resume` and `chat --session` (never the API key). A memo, not
     workflow input: the workflow code and its histories do not see it."""
-    return {
+    memo = {
         "task_queue": task_queue,
         "base_url": api_endpoint(),
         "workspace": config.workspace,
         "command": command,
     }
+    if (tenant := fairness.tenant()) is not None:
+        memo[fairness.TENANT_MEMO] = tenant
+    return memo
+
+
+def fleet_start(config: QueryConfig, task_queue: str) -> tuple[QueryConfig, dict[str, Any]]:
+    """The config a session on `task_queue` starts with (its model calls on the fleet's model
+    queue, when it has one and the session is on the shared queue) and the keyword arguments of
+    its `start_workflow` (its tenant's fairness key): durable_agent/fairness.py."""
+    model_queue = fairness.model_queue(task_queue, shared_queue())
+    if model_queue is not None:
+        activity = config.activity.model_copy(update={"model_task_queue": model_queue})
+        config = config.model_copy(update={"activity": activity})
+    return config, fairness.start_options(fairness.tenant())
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ from durable_agent.cli.console import Console
 from durable_agent.cli.errors import EXIT_DETACHED, EXIT_STOPPED, CliError
 from durable_agent.cli.reconnect import is_outage, riding_out
 from durable_agent.cli.schedules import with_wakeups
-from durable_agent.cli.sessions import new_session_id, query_workflow_id
+from durable_agent.cli.sessions import fleet_start, new_session_id, query_workflow_id
 from durable_agent.cli.stalls import Stall, described
 from durable_agent.cli.travel import Travel, bring_back, upload
 from durable_agent.engine.contracts import SessionInput, SessionStatus
@@ -121,6 +121,7 @@ async def _run_session(
     travel = await upload(config.workspace, console)
     if travel is not None:  # what `resume` elsewhere writes back from
         memo = {**(memo or {}), TRAVEL_MEMO: travel.base_id}
+    config, fair = fleet_start(config, task_queue)
     await client.start_workflow(
         Workflows.SESSION,
         SessionInput(
@@ -135,6 +136,7 @@ async def _run_session(
         static_summary=prompt[:200],
         memo=memo,
         result_type=SessionStatus,
+        **fair,
     )
     return await watch_session(client, console, session_id, task_queue, travel)
 

@@ -177,6 +177,9 @@ class ActivityOptions(BaseModel):
     """start_to_close of one model call attempt."""
     tool_timeout_seconds: float = 900.0
     """start_to_close of one tool attempt (Bash has its own, shorter, timeout)."""
+    model_task_queue: str | None = None
+    """The task queue of the model calls (the fleet's rate-limited model queue,
+    durable_agent/fairness.py); None: the session's own queue."""
 
 
 class Attachments(BaseModel):
