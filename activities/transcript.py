@@ -10,6 +10,7 @@ import json
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -141,6 +142,10 @@ class _Parsed:
     entries: dict[str, TranscriptEntry] = field(default_factory=dict)
 
 
+CACHED_TRANSCRIPTS = 32
+"""Transcripts whose parsed entries a worker keeps (a dropped one is parsed again if read)."""
+
+
 class TranscriptStore:
     """Filesystem store. Appends are idempotent by uuid, so a retried activity never duplicates."""
 
@@ -149,8 +154,18 @@ class TranscriptStore:
         # Parsed entries per transcript file, read on from where the last read stopped: the
         # file only grows, and a model call reads it several times. Activities call the store
         # from worker threads (`off_loop`), so the cache is read and updated under a lock.
-        self._cache: dict[Path, _Parsed] = {}
+        # Bounded (the least recently read dropped first) and emptied of a session when it
+        # ends (`forget`): a worker serves sessions for weeks.
+        self._cache: OrderedDict[Path, _Parsed] = OrderedDict()
         self._cache_lock = threading.Lock()
+
+    def forget(self, session_id: str) -> None:
+        """Drop what is cached of a session that ended (its sub-agents' transcripts too)."""
+        path = self.transcript_path(session_id)
+        agents = f"{path.stem}.agent-"
+        with self._cache_lock:
+            for cached in [p for p in self._cache if p == path or p.name.startswith(agents)]:
+                del self._cache[cached]
 
     def transcript_path(self, session_id: str) -> Path:
         return self.root / "sessions" / f"{_SAFE_ID.sub('_', session_id)}.jsonl"
@@ -185,6 +200,9 @@ class TranscriptStore:
         parsed = self._cache.get(path)
         if parsed is None or parsed.inode != stat.st_ino or stat.st_size < parsed.offset:
             parsed = self._cache[path] = _Parsed(inode=stat.st_ino)
+        self._cache.move_to_end(path)
+        while len(self._cache) > CACHED_TRANSCRIPTS:
+            self._cache.popitem(last=False)
         if stat.st_size > parsed.offset:
             with open(path, "rb") as f:
                 f.seek(parsed.offset)

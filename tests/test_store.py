@@ -228,3 +228,25 @@ def test_open_store_follows_the_environment(tmp_path, pg_url, monkeypatch):
     assert open_store(tmp_path) is open_store(tmp_path)
     monkeypatch.delenv("DURABLE_AGENT_STORE")
     assert not isinstance(open_store(tmp_path), PostgresStore)
+
+
+def test_a_worker_keeps_a_bounded_cache_and_forgets_an_ended_session(any_store):
+    """A worker serves sessions for weeks: what it caches of their transcripts is bounded, and a
+    session's (with its sub-agents') goes when the session ends; reading again still works."""
+    from activities.transcript import CACHED_TRANSCRIPTS
+
+    def cached() -> set[str]:
+        keys = any_store._seen if isinstance(any_store, PostgresStore) else any_store._cache
+        return {str(k).rsplit("/", 1)[-1].removesuffix(".jsonl") for k in keys}
+
+    for sid in ("ended", "ended.agent-t1", "other"):
+        any_store.append(sid, f"{sid}-u", None, msg("user", "hi"))
+        assert list(any_store.entries(sid)) == [f"{sid}-u"]
+    any_store.forget("ended")
+    assert cached() == {"other"}
+    assert list(any_store.entries("ended")) == ["ended-u"]  # read again from the store
+    for n in range(CACHED_TRANSCRIPTS + 5):
+        any_store.append(f"s{n}", f"u{n}", None, msg("user", "hi"))
+        any_store.entries(f"s{n}")
+    assert len(cached()) == CACHED_TRANSCRIPTS and "other" not in cached()
+    assert list(any_store.entries("other")) == ["other-u"]

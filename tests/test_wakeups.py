@@ -245,9 +245,10 @@ def test_the_scheduling_tools_need_no_permission_but_rules_still_apply():
 
 
 async def test_a_headless_session_stays_open_for_its_wake_ups_then_closes(
-    ts_env, store, workspace, task_queue
+    own_ts_env, store, workspace, task_queue
 ):
     """The woken prompt schedules another: the session stays open for it too, then closes."""
+    ts_env = own_ts_env
     turns = [
         wakeup_turn("sw1", delaySeconds=10, prompt="first check"),  # clamped to a minute
         text_turn("later"),
@@ -276,8 +277,9 @@ async def test_a_headless_session_stays_open_for_its_wake_ups_then_closes(
 
 
 async def test_a_bad_call_keeps_no_wake_up_and_the_session_closes(
-    ts_env, store, workspace, task_queue
+    own_ts_env, store, workspace, task_queue
 ):
+    ts_env = own_ts_env
     turns = [wakeup_turn("sw1", delaySeconds="soon"), text_turn("could not")]
     client = ts_env.client
     with ReplayServer(turns) as server:
@@ -290,8 +292,9 @@ async def test_a_bad_call_keeps_no_wake_up_and_the_session_closes(
 
 
 async def test_a_wake_up_can_be_cancelled_and_an_unknown_one_is_refused(
-    ts_env, store, workspace, task_queue
+    own_ts_env, store, workspace, task_queue
 ):
+    ts_env = own_ts_env
     turns = [wakeup_turn("sw1"), text_turn("later")]
     client = ts_env.client
     with ReplayServer(turns) as server:

@@ -402,6 +402,7 @@ class ToolActivities:
         killed = await off_loop(kill_tagged, session_tag_prefix(req.session_id), prefix=True)
         if self.hosts is not None:  # its copy of the workspace, if it holds one
             await off_loop(self.hosts.drop, req.session_id)
+        self.store.forget(req.session_id)  # nothing reads its transcript here any more
         if killed:
             activity.logger.info("ended %d process(es) of session %s", killed, req.session_id)
         return EndProcessesOutput(killed=killed)

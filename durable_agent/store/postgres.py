@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from activities.transcript import (
     _SAFE_ID,
+    CACHED_TRANSCRIPTS,
     StoreError,
     TranscriptStore,
     write_file_atomic,
@@ -178,7 +180,14 @@ class PostgresStore(TranscriptStore):
     def __init__(self, root: Path, url: str) -> None:
         super().__init__(root)
         self.db = Database(url)
-        self._seen: dict[str, _Seen] = {}
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+
+    def forget(self, session_id: str) -> None:
+        super().forget(session_id)
+        agents = f"{session_id}.agent-"
+        with self._cache_lock:
+            for cached in [k for k in self._seen if k == session_id or k.startswith(agents)]:
+                del self._seen[cached]
 
     def location(self, session_id: str) -> str:
         return f"{self.db.name} (session {session_id})"
@@ -191,6 +200,9 @@ class PostgresStore(TranscriptStore):
     def entries(self, session_id: str) -> dict[str, TranscriptEntry]:
         with self._cache_lock:
             seen = self._seen.setdefault(session_id, _Seen())
+            self._seen.move_to_end(session_id)
+            while len(self._seen) > CACHED_TRANSCRIPTS:
+                self._seen.popitem(last=False)
             with self.db.transaction() as cur:
                 cur.execute(
                     "SELECT seq, body FROM entries WHERE session_id = %s AND seq > %s ORDER BY seq",
