@@ -171,6 +171,7 @@ def test_a_flat_config_from_an_old_history_validates_to_the_same_values():
     added["web_search"] = {"allowed_domains": [], "blocked_domains": [], "max_uses": 8}  # on
     added.update(environment=None, memory="", attachments=None, skills=[])
     added.update(tool_summaries=False, agent_depth=0, agents=[], mcp_servers=[], mcp_tools=[])
+    added["model_task_queue"] = None  # the fleet's model queue: none (the session's own)
     assert _leaves(cfg) == {**expected, "eager_tools": "none", **added}
     assert cfg.call.unattended and cfg.call.max_retries == 4 and cfg.call.eager_tools == "none"
     assert QueryConfig(eager_tools="all").call.eager_tools == "all"

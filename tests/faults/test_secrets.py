@@ -146,6 +146,7 @@ async def test_bash_and_hooks_cannot_read_the_workers_environment_or_memory(
         env = process_env(
             tmp_path, own_server.address, api.base_url, task_queue, PROBE_VISIBLE=visible,
             DURABLE_AGENT_WITHHOLD_ENV="MY_DB_PASSWORD, VAULT_*", **secrets,
+            TEMPORAL_TLS="false",  # the dev server is plain; the Temporal secrets stay probes
         )  # fmt: skip
         with WorkerProcess(env, tmp_path / "worker.log") as worker:
             converter = data_converter(Path(env["DURABLE_AGENT_HOME"]), env)  # the codec too
