@@ -5,14 +5,10 @@ command needs, it handles Ctrl-C (`cli._started`).
 `posix`, not `os`, for the same reason: `os` may not be imported yet, `posix` is built in.)"""
 
 import _signal
-import posix
 
+from durable_agent import _while_starting
 
-def _while_starting(signum: int, frame: object) -> None:
-    posix._exit(130)
-
-
-_signal.signal(_signal.SIGINT, _while_starting)
+_signal.signal(_signal.SIGINT, _while_starting)  # durable_agent/__init__ set it already
 from durable_agent.cli import main  # noqa: E402 — under the handler above
 
 main()  # which restores Ctrl-C's KeyboardInterrupt once its imports are done

@@ -53,6 +53,13 @@ def test_ctrl_c_while_the_cli_imports(tmp_path, after):
     assert proc.returncode == 130
 
 
+_HANDLER_LINE = next(
+    n
+    for n, line in enumerate((ROOT / "durable_agent" / "__init__.py").read_text().splitlines(), 1)
+    if "_signal.signal(_signal.SIGINT, _while_starting)" in line
+)
+
+
 def in_python_start_up(proc: subprocess.CompletedProcess[str]) -> bool:
     """The Ctrl-C came before any of our code ran (on a loaded machine, 30 ms can be
     Python's own start-up: site, runpy): Python's traceback, not one through durable_agent's
@@ -65,12 +72,17 @@ def in_python_start_up(proc: subprocess.CompletedProcess[str]) -> bool:
     # loaded its code) a Ctrl-C is the interpreter's; from then on nothing raises
     # KeyboardInterrupt until the CLI's modules are imported: a traceback through them
     # (durable_agent/cli/, durable_agent/engine/, ...) is what this test is for.
+    # The package's own first lines (durable_agent/__init__ up to where it sets the handler,
+    # `python -m durable_agent` being the CLI) are the interpreter's too.
+    before_handler = [
+        f'durable_agent/__init__.py", line {n}, in <module>' for n in range(1, _HANDLER_LINE + 1)
+    ]
     ours = [
         line
         for line in proc.stderr.splitlines()
         if line.strip().startswith('File "')
         and "durable_agent/" in line
-        and not line.rstrip().endswith(('durable_agent/__init__.py", line 1, in <module>',))
+        and not line.rstrip().endswith(tuple(before_handler))
         and "durable_agent/__main__.py" not in line
     ]
     return "KeyboardInterrupt" in proc.stderr and not ours
