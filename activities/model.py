@@ -105,6 +105,29 @@ def default_client(opts: ClientOptions) -> anthropic.AsyncAnthropic:
     )
 
 
+def _import_stream_path() -> None:
+    import importlib
+
+    for name in STREAM_PATH_MODULES:
+        importlib.import_module(name)
+
+
+STREAM_PATH_MODULES = (
+    "anthropic.lib.streaming",
+    "httpcore",
+    "httpcore._async.connection_pool",
+    "httpcore._async.connection",
+    "httpcore._async.http11",
+    "httpcore._backends.anyio",
+    "h11",
+    "anyio",
+    "anyio._backends._asyncio",
+)
+"""What the first streamed request imports lazily (found by profiling a warm worker's first
+call); a name missing from an installed version is skipped by no one: an ImportError ends the
+warm-up quietly, the call imports what it needs."""
+
+
 def system_prompt(config: ModelCallConfig, workspace: str, model: str = "") -> str:
     """Ours with the environment block (or `--system-prompt`'s, which replaces both), the
     plan-mode note, then the text of `--append-system-prompt`."""
@@ -356,6 +379,18 @@ class ModelActivities:
                 options = ClientOptions(api_key=key, keepalive=self._keepalive)
                 self._client = await off_loop(self.client_factory, options)
             return self._client
+
+    async def prewarm(self) -> None:
+        """Build the client and import what a first streamed call imports (httpx's transport,
+        httpcore, the stream helpers): a warm worker does it once it polls, so that its first
+        session does not pay ~1 s of it (more without a bytecode cache) before the request.
+        Nothing is sent. Without a key yet (or a failing apiKeyHelper) the first call reads
+        it as before."""
+        try:
+            await self.client()
+            await off_loop(_import_stream_path)
+        except Exception as exc:  # noqa: BLE001 — the first call will meet it and say so
+            activity.logger.debug("prewarming the model client: %s", exc)
 
     @activity.defn(name=Activities.CALL_MODEL)
     async def call_model(self, req: CallModelInput) -> CallModelOutput:

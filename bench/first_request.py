@@ -55,6 +55,9 @@ def fresh_clone(tmp: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--settle", type=float, default=0.0, help="seconds between `server` and the first run"
+    )
     opts = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="first-request-"))
@@ -72,8 +75,12 @@ def main() -> None:
         PYTHONDONTWRITEBYTECODE="1",
     )
     env.pop("PYTHONPYCACHEPREFIX", None)
+    # Not this checkout's venv (`uv run` put it first on PATH): outside a project, `uv run
+    # durable-agent` would find that one's script and measure this checkout, not the clone.
+    ours = str(ROOT / ".venv" / "bin")
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != ours)
     script = FirstRequest()
-    cli = [UV, "run", "--frozen", "durable-agent"]
+    cli = [UV, "run", "--project", str(clone), "--frozen", "durable-agent"]
     series: dict[str, list[float]] = {}
     try:
         with ReplayServer(script) as server:
@@ -83,20 +90,31 @@ def main() -> None:
             print(
                 f"`durable-agent server` (dev server, warm worker): {time.monotonic() - began:.1f} s"
             )
-            time.sleep(3)  # the warm worker polls (it imports the worker in the background)
+            time.sleep(opts.settle)  # 0: the first run waits for the starting warm worker
             runs = {
                 "run": [*cli, "run", "say done", "--workspace", str(workspace)],
                 "-p": [*cli, "-p", "say done"],
             }
             for _ in range(opts.rounds):
                 for name, cmd in runs.items():
-                    start, _total = timed(cmd, env, workspace)
+                    start, _total = timed(cmd, env, workspace, expect="served by the warm worker")
                     first = script.first_after(start)
                     if first is None:
                         raise SystemExit(f"{name}: no model request")
                     series.setdefault(name, []).append(first)
                 _, floor = timed(
-                    [UV, "run", "--frozen", "python", "-c", "import temporalio.client"], env, clone
+                    [
+                        UV,
+                        "run",
+                        "--project",
+                        str(clone),
+                        "--frozen",
+                        "python",
+                        "-c",
+                        "import temporalio.client",
+                    ],
+                    env,
+                    workspace,  # fmt: skip
                 )
                 series.setdefault("floor", []).append(floor)
     finally:

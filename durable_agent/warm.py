@@ -80,6 +80,23 @@ def record_path(home: Path, fp: str) -> Path:
     return _dir(home) / f"{fp}.json"
 
 
+def starting_path(home: Path, fp: str) -> Path:
+    """The pid of a warm worker spawned and not yet polling (its imports take seconds in a
+    fresh clone): a run that finds it waits for it rather than start a worker of its own."""
+    return _dir(home) / f"{fp}.starting"
+
+
+def starting(home: Path, env: Mapping[str, str] = os.environ) -> int | None:
+    """The pid of the warm worker for this environment and code that is starting, if any."""
+    if not enabled(env):
+        return None
+    try:
+        pid = int(starting_path(home, fingerprint(env)).read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if is_warm_worker(pid) else None
+
+
 def log_path(home: Path, fp: str) -> Path:
     return _dir(home) / f"{fp}.log"
 
@@ -132,24 +149,42 @@ def spawn(home: Path) -> None:
     """Start a warm worker for this environment in the background, unless one runs or the
     warm worker is off. It inherits this environment; its output goes to a log beside its
     record."""
-    if not enabled() or find(home) is not None:
+    if not enabled() or find(home) is not None or starting(home) is not None:
         return
     fp = fingerprint()
     log = log_path(home, fp)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        subprocess.Popen(  # noqa: S603 — our own interpreter and module
+        proc = subprocess.Popen(  # noqa: S603 — our own interpreter and module
             [sys.executable, "-m", "durable_agent", "warm-worker"],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    marker = starting_path(home, fp)
+    tmp = marker.with_suffix(".starting-tmp")
+    tmp.write_text(str(proc.pid))
+    os.replace(tmp, marker)
+
+
+def started(home: Path, fp: str) -> None:
+    """The warm worker polls (its record is written): it is no longer starting."""
+    starting_path(home, fp).unlink(missing_ok=True)
 
 
 def stop_all(home: Path) -> int:
     """Stop every warm worker of this state dir; how many were running."""
     stopped = 0
+    for path in sorted(_dir(home).glob("*.starting")):
+        try:
+            pid = int(path.read_text())
+        except (OSError, ValueError):
+            pid = 0
+        if pid and is_warm_worker(pid):
+            os.kill(pid, signal.SIGTERM)
+            stopped += 1
+        path.unlink(missing_ok=True)
     for path in sorted(_dir(home).glob("*.json")):
         record = _read(path)
         if record is not None and is_warm_worker(record.pid):

@@ -39,6 +39,61 @@ def test_only_a_live_warm_worker_of_this_fingerprint_is_found(tmp_path):
     assert warm.find(tmp_path, {**env, warm.WARM_ENV: "0"}) is None
 
 
+def test_a_starting_warm_worker_is_known_by_its_live_pid(tmp_path):
+    env = {"PATH": "/bin"}
+    marker = warm.starting_path(tmp_path, warm.fingerprint(env))
+    marker.parent.mkdir(parents=True)
+    marker.write_text(str(os.getpid()))
+    assert warm.starting(tmp_path, env) is None  # a live process, but no warm worker (pytest)
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; print(flush=True); time.sleep(30)", "warm-worker"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert sleeper.stdout is not None
+        sleeper.stdout.readline()  # it runs (just after the fork its cmdline can be empty)
+        marker.write_text(str(sleeper.pid))
+        assert warm.starting(tmp_path, env) == sleeper.pid
+        assert warm.starting(tmp_path, {**env, "FOO": "1"}) is None  # another fingerprint
+        assert warm.starting(tmp_path, {**env, warm.WARM_ENV: "0"}) is None
+        warm.started(tmp_path, warm.fingerprint(env))
+        assert warm.starting(tmp_path, env) is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_run_right_after_server_waits_for_the_starting_warm_worker(tmp_path):
+    """`server` then `run` at once: the warm worker is still importing (held here with SIGSTOP
+    so that it surely is); the run waits for it instead of starting a worker of its own."""
+    home = tmp_path / "home"
+    with ReplayServer([text_turn("done")]) as server:
+        env = cli_env(tmp_path, ANTHROPIC_API_KEY="dummy", ANTHROPIC_BASE_URL=server.base_url)
+        env.pop("DURABLE_AGENT_TASK_QUEUE")
+        env.pop(warm.WARM_ENV, None)
+        started = durable_agent(["server"], env)
+        try:
+            assert started.returncode == 0, started.stderr
+            marker = next((home / "warm").glob("*.starting"))
+            pid = int(marker.read_text())
+            os.kill(pid, signal.SIGSTOP)
+            ws = tmp_path / "ws"
+            ws.mkdir()
+            run = subprocess.Popen(_run(ws), env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)  # fmt: skip
+            time.sleep(1.5)
+            assert run.poll() is None and server.requests == []  # waiting, no worker of its own
+            os.kill(pid, signal.SIGCONT)
+            out, err = run.communicate(timeout=120)
+            assert run.returncode == 0, err
+            assert f"served by the warm worker (pid {pid})" in err
+            assert json.loads(out.strip().splitlines()[-1])["terminal"] == "completed"
+            assert not marker.exists()  # it polls: no longer starting
+        finally:
+            stopped = durable_agent(["server", "--stop"], env)
+            assert stopped.returncode == 0, stopped.stderr
+
+
 def _wait_for_record(home: Path, deadline: float = 60) -> warm.WarmRecord:
     end = time.monotonic() + deadline
     while time.monotonic() < end:

@@ -888,7 +888,7 @@ async def _start(
     and code runs, on its queue (this process then imports no worker: anthropic alone takes
     longer than the 1.5 s a run may take to its first request)."""
     task_queue = new_session_queue(ns, start.session_id)
-    found = warm_worker_for(ns)
+    found = await warm_worker_for(ns)
     if found is not None:
         task_queue = found.task_queue
         await stack.enter_async_context(served_warm(client, Console("json"), found))

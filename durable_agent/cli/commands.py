@@ -74,7 +74,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     record = Path(args.record) if args.record else None
     session_id = new_session_id()
     task_queue = new_session_queue(args, session_id)
-    found = warm_worker_for(args)
+    found = await warm_worker_for(args)
     if found is not None:  # a worker with this environment and code is up: no worker here
         async with prepared(args, console, None) as (client, config):
             memo = session_memo(found.task_queue, config, "run")
@@ -210,6 +210,8 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
     stops or it is sent SIGTERM (`server --stop`)."""
     import signal
 
+    from activities.model import ModelActivities, default_client
+    from durable_agent.store import open_store
     from durable_agent.wiring import build_worker
 
     if temporal_config.external():
@@ -223,10 +225,15 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
     client = await connect(Console(), start_server=False)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with build_worker(client, record.task_queue) as worker:
+    store = open_store()
+    model = ModelActivities(store, default_client, temporal=client)
+    async with build_worker(client, record.task_queue, store=store, model=model) as worker:
         follow_with(client, worker)
         warm.write_record(home, fp, record)
+        warm.started(home, fp)
         print(f"warm worker pid {record.pid} on {record.task_queue}", flush=True)
+        # Meanwhile, so that the first session's model call finds its client ready.
+        prewarming = asyncio.create_task(model.prewarm())
         try:
             while running(home) is not None:
                 with contextlib.suppress(TimeoutError):
@@ -235,6 +242,7 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
                     break
         finally:
             warm.remove_record(home, fp, record.pid)
+            prewarming.cancel()
     return 0
 
 

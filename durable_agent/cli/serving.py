@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -50,11 +51,25 @@ async def serving(
         yield
 
 
-def warm_worker_for(args: argparse.Namespace) -> warm.WarmRecord | None:
+async def warm_worker_for(args: argparse.Namespace) -> warm.WarmRecord | None:
     """The warm worker that can serve this command's new session: only on the embedded dev
     server, with a worker of this process's own kind (not --no-worker, --record or an explicit
-    DURABLE_AGENT_TASK_QUEUE), and only one of this environment and code."""
-    return warm.find(state_home()) if warm_eligible(args) else None
+    DURABLE_AGENT_TASK_QUEUE), and only one of this environment and code. One still starting
+    (spawned by `server` or an earlier run moments ago) is waited for, up to
+    WARM_START_PATIENCE: it is further along than a worker this process would start."""
+    if not warm_eligible(args):
+        return None
+    home = state_home()
+    found = warm.find(home)
+    deadline = time.monotonic() + WARM_START_PATIENCE
+    while found is None and time.monotonic() < deadline and warm.starting(home) is not None:
+        await asyncio.sleep(0.05)
+        found = warm.find(home)
+    return found
+
+
+WARM_START_PATIENCE = 15.0
+"""Seconds a run waits for a starting warm worker before it starts a worker of its own."""
 
 
 def warm_eligible(args: argparse.Namespace) -> bool:
