@@ -14,13 +14,20 @@ import os
 import sys
 from pathlib import Path
 
+OUR_WITNESS = Path(__file__).resolve().parent.parent / "workflows" / "query.py"
+"""Our own workflow module: the sandbox imports it afresh for every workflow it starts (tens of
+ms from source, each time). durable-agent runs from its checkout (an editable install):
+`uv sync --compile-bytecode` compiles the dependencies, not it."""
+
 
 def _compiled_at_install(package: str = "anthropic") -> bool:
-    """The heaviest dependency has bytecode beside it (so do the others, installed alike)."""
+    """The heaviest dependency (the others are installed alike) and our own code have bytecode
+    beside them."""
     spec = importlib.util.find_spec(package)
-    if spec is None or spec.origin is None:
-        return True  # nothing to gain
-    return Path(importlib.util.cache_from_source(spec.origin)).exists()
+    sources = [OUR_WITNESS] if OUR_WITNESS.exists() else []
+    if spec is not None and spec.origin is not None:
+        sources.append(Path(spec.origin))
+    return all(Path(importlib.util.cache_from_source(str(p))).exists() for p in sources)
 
 
 def cache_bytecode_in_state_dir() -> None:

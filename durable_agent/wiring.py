@@ -23,6 +23,7 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploymentConfig
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.agents import AgentActivities
 from activities.compaction import CompactionActivities
@@ -44,6 +45,7 @@ from durable_agent.operating import (
     WorkerSettings,
     host_port,
     promote_first_version,
+    release_memory_when_idle,
     run_until_signalled,
 )
 from durable_agent.paths import state_home
@@ -195,6 +197,30 @@ class Workers:
         await asyncio.gather(*(worker.shutdown() for worker in self.group))
 
 
+WORKFLOW_HELPERS = (
+    "workflows.activity_options",
+    "workflows.agents",
+    "workflows.approvals",
+    "workflows.compaction",
+    "workflows.failures",
+    "workflows.hook_runs",
+    "workflows.hosting",
+    "workflows.loop_context",
+    "workflows.streaming_tools",
+)
+"""The workflow modules that define no workflow: passed through the sandbox, imported once per
+process rather than once per workflow started (with the rest of the sandbox's set-up, a
+quarter of a busy worker's CPU, bench/sessions_per_worker.py). They hold no mutable module
+state; the workflows' determinism stays checked by replaying the committed histories (whose
+Replayer keeps the full sandbox) and by the sandbox around the workflow modules themselves."""
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*WORKFLOW_HELPERS)
+    )
+
+
 def _worker(
     client: Client,
     task_queue: str,
@@ -227,6 +253,7 @@ def _worker(
         client,
         task_queue=task_queue,
         workflows=workflows or [],
+        workflow_runner=workflow_runner(),
         activities=activities,
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
@@ -352,9 +379,11 @@ async def main() -> None:
         promoting = asyncio.ensure_future(
             promote_first_version(client, settings.deployment, build_id)
         )
+    releasing = asyncio.ensure_future(release_memory_when_idle())
     try:
         await run_until_signalled(worker, health, settings.drain_seconds)
     finally:
+        releasing.cancel()
         if promoting is not None:
             promoting.cancel()
         if server is not None:

@@ -275,3 +275,58 @@ async def test_sigterm_during_a_long_tool_lets_it_finish(dev_env, tmp_path):
     result = server.requests[1]["messages"][-1]["content"][0]
     assert result["tool_use_id"] == "b1" and not result.get("is_error")
     assert "tool output ok" in str(result["content"])
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+async def test_an_idle_worker_gives_memory_back_once_per_idle_spell(monkeypatch):
+    """Busy, then idle: one full collection and one malloc_trim; nothing while busy, nothing
+    again while it stays idle."""
+    from durable_agent import operating
+
+    calls: list[str] = []
+    monkeypatch.setattr("gc.collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr(operating, "_malloc_trim", lambda: lambda: calls.append("trim"))
+    releasing = asyncio.ensure_future(operating.release_memory_when_idle(0.2, 0.5))
+    try:
+        await asyncio.sleep(0.5)
+        assert calls == []  # idle from the start: nothing was used
+        end = time.monotonic() + 0.7
+        while time.monotonic() < end:  # busy: the loop's own thread spins
+            sum(range(10_000))
+            await asyncio.sleep(0)
+        assert calls == []
+        await asyncio.sleep(0.7)
+        assert calls == ["collect", "trim"]
+        await asyncio.sleep(0.6)
+        assert calls == ["collect", "trim"]  # still idle: once
+    finally:
+        releasing.cancel()
+
+
+def test_malloc_trim_is_found_on_glibc():
+    from durable_agent import operating
+
+    trim = operating._malloc_trim()
+    assert trim is not None
+    trim()
+
+
+def test_every_workflow_module_is_sandboxed_or_a_passed_through_helper():
+    """A workflow module is imported afresh in each workflow's sandbox; the rest (helpers, no
+    workflow of their own) are passed through: a new module is one or the other, knowingly."""
+    from durable_agent.wiring import WORKFLOW_HELPERS
+
+    modules = {
+        f"workflows.{p.stem}"
+        for p in (Path(__file__).parent.parent / "workflows").glob("*.py")
+        if p.stem != "__init__"
+    }
+    defining = {m for m in modules if "@workflow.defn" in _source(m)}
+    assert defining == {"workflows.query", "workflows.schedules", "workflows.session"}
+    assert set(WORKFLOW_HELPERS) == modules - defining
+
+
+def _source(module: str) -> str:
+    return (Path(__file__).parent.parent / (module.replace(".", "/") + ".py")).read_text()
