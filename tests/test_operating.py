@@ -286,7 +286,11 @@ async def test_an_idle_worker_gives_memory_back_once_per_idle_spell(monkeypatch)
     from durable_agent import operating
 
     calls: list[str] = []
-    monkeypatch.setattr("gc.collect", lambda *a: calls.append("collect") or 0)
+    def collect(*_args: object) -> int:
+        calls.append("collect")
+        return 0
+
+    monkeypatch.setattr("gc.collect", collect)
     monkeypatch.setattr(operating, "_malloc_trim", lambda: lambda: calls.append("trim"))
     releasing = asyncio.ensure_future(operating.release_memory_when_idle(0.2, 0.5))
     try:
