@@ -286,6 +286,7 @@ async def test_an_idle_worker_gives_memory_back_once_per_idle_spell(monkeypatch)
     from durable_agent import operating
 
     calls: list[str] = []
+
     def collect(*_args: object) -> int:
         calls.append("collect")
         return 0
