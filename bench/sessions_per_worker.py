@@ -17,6 +17,12 @@ the worker's default: 50, which caps 500 sessions waiting 1 s a call at 50 calls
 with 500 the worker's loop falls behind its heartbeats and model calls are retried).
 
     uv run python bench/sessions_per_worker.py [--sessions 50 200 500] [--latency 1.0]
+
+With --fleet K..., the store is a real PostgreSQL (tests/postgres.py) and each K is a round
+of --sessions (its first count) served by K `python worker.py` processes on the one task
+queue, each with its own state dir: completion time and its ratio to the first K's.
+
+    uv run python bench/sessions_per_worker.py --fleet 1 3 --sessions 200
 """
 
 from __future__ import annotations
@@ -189,11 +195,65 @@ async def main(counts: list[int], latency: float, concurrency: int, settle: floa
                     worker.wait(timeout=60)
 
 
+async def fleet_main(sizes: list[int], sessions: int, latency: float, concurrency: int) -> None:
+    from tests import postgres
+
+    if postgres.available() is not None:
+        raise SystemExit(f"--fleet needs PostgreSQL: {postgres.available()}")
+    with tempfile.TemporaryDirectory() as tmp, postgres.postgres_server() as pg:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        (ws / FILE).write_text("".join(f"line {i}\n" for i in range(1, 21)))
+        async with dev_env() as env:
+            server_pid = dev_server_pid()
+            address = env.client.service_client.config.target_host
+            print(f"{sessions} sessions of {READS + 1} turns at {latency:g} s, store PostgreSQL")
+            print(f"{'workers':>7} {'time':>7} {'ratio':>6} {'fail':>5} {'server ms/turn':>15}")
+            first = None
+            with ReplayServer(Script(latency)) as api:
+                for k in sizes:
+                    queue = f"bench-fleet-{uuid.uuid4()}"
+                    store = pg.fresh_database()
+                    workers = []
+                    try:
+                        for i in range(k):
+                            health = free_port()
+                            home, log = Path(tmp) / f"home-{k}-{i}", Path(tmp) / f"w-{k}-{i}.log"
+                            worker_vars = worker_env(
+                                api.base_url, home, queue, address,
+                                DURABLE_AGENT_MAX_CONCURRENT_ACTIVITIES=str(concurrency),
+                                DURABLE_AGENT_HEALTH_ADDRESS=f"127.0.0.1:{health}",
+                                DURABLE_AGENT_DRAIN_SECONDS="0",
+                                DURABLE_AGENT_STORE=store,
+                            )  # fmt: skip
+                            workers.append(start_worker(worker_vars, log))
+                            wait_ready(health, workers[-1], log)
+                        await round_of(env.client, queue, ws, 5)
+                        s0 = cpu_seconds(server_pid)
+                        elapsed, failures = await round_of(env.client, queue, ws, sessions)
+                        server_ms = (cpu_seconds(server_pid) - s0) * 1000 / (sessions * (READS + 1))
+                    finally:
+                        for worker in workers:
+                            worker.terminate()
+                        for worker in workers:
+                            worker.wait(timeout=60)
+                    first = first or elapsed
+                    print(
+                        f"{k:>7} {elapsed:>6.1f}s {elapsed / first:>5.2f}x {failures:>5}"
+                        f" {server_ms:>15.1f}",
+                        flush=True,
+                    )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", type=int, nargs="+", default=[50, 200, 500])
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before RSS is read")
+    parser.add_argument("--fleet", type=int, nargs="+", help="workers per round, on PostgreSQL")
     ns = parser.parse_args()
-    asyncio.run(main(ns.sessions, ns.latency, ns.concurrency, ns.settle))
+    if ns.fleet:
+        asyncio.run(fleet_main(ns.fleet, ns.sessions[0], ns.latency, ns.concurrency))
+    else:
+        asyncio.run(main(ns.sessions, ns.latency, ns.concurrency, ns.settle))
