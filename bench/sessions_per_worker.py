@@ -46,7 +46,7 @@ if __name__ == "__main__":
 
 from bench.common import dev_env  # noqa: E402
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn  # noqa: E402
-from tests.helpers import start_session, worker_env  # noqa: E402
+from tests.helpers import start_session, start_worker_logged, worker_env  # noqa: E402
 
 READS = 4
 FILE = "notes.txt"
@@ -117,14 +117,6 @@ def wait_ready(health: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise SystemExit(f"the worker did not become ready:\n{log.read_text()[-2000:]}")
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "worker.py"], cwd=ROOT, env=env,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-
 async def round_of(client: Any, queue: str, ws: Path, sessions: int) -> tuple[float, int]:
     """(seconds from the first start to the last end, failures)."""
     began = time.monotonic()
@@ -162,7 +154,7 @@ async def main(counts: list[int], latency: float, concurrency: int, settle: floa
                     DURABLE_AGENT_HEALTH_ADDRESS=f"127.0.0.1:{health}",
                     DURABLE_AGENT_DRAIN_SECONDS="0",
                 )  # fmt: skip
-                worker = start_worker(worker_vars, log)
+                worker = start_worker_logged(worker_vars, log)
                 try:
                     wait_ready(health, worker, log)
                     await round_of(env.client, queue, ws, 5)  # imports, sandbox, connections
@@ -226,7 +218,7 @@ async def fleet_main(sizes: list[int], sessions: int, latency: float, concurrenc
                                 DURABLE_AGENT_DRAIN_SECONDS="0",
                                 DURABLE_AGENT_STORE=store,
                             )  # fmt: skip
-                            workers.append(start_worker(worker_vars, log))
+                            workers.append(start_worker_logged(worker_vars, log))
                             wait_ready(health, workers[-1], log)
                         await round_of(env.client, queue, ws, 5)
                         s0 = cpu_seconds(server_pid)

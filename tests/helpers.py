@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -118,3 +120,12 @@ def worker_env(
         env["TEMPORAL_ADDRESS"] = address
     env.update(extra)
     return env
+
+
+def start_worker_logged(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`python worker.py` in `env`, its output appended to `log`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "worker.py"], cwd=Path(__file__).parent.parent, env=env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip

@@ -25,7 +25,7 @@ from durable_agent.operating import SettingsError, WorkerSettings, host_port
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from durable_agent.temporal_config import TemporalConfigError
 from durable_agent.wiring import connect
-from tests.helpers import start_session, worker_env
+from tests.helpers import start_session, start_worker_logged, worker_env
 from tests.tls_proxy import TlsProxy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,12 +59,7 @@ async def wait_for(predicate, seconds: float = 60.0, what: str = "it") -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "worker.py"], cwd=ROOT, env=env,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+start_worker = start_worker_logged
 
 
 # --- settings and profiles -------------------------------------------------------------------
