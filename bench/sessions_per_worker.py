@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,7 @@ if __name__ == "__main__":
 
 from bench.common import dev_env  # noqa: E402
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn  # noqa: E402
-from tests.helpers import start_session, start_worker_logged, worker_env  # noqa: E402
+from tests.helpers import free_port, start_session, start_worker_logged, worker_env  # noqa: E402
 
 READS = 4
 FILE = "notes.txt"
@@ -94,12 +93,6 @@ def dev_server_pid() -> int:
         if ppid == os.getpid() and b"start-dev" in cmdline:
             return int(entry.name)
     raise RuntimeError("no dev server child")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(health: int, proc: subprocess.Popen[bytes], log: Path) -> None:

@@ -88,10 +88,13 @@ def starting_path(home: Path, fp: str) -> Path:
 
 def starting(home: Path, env: Mapping[str, str] = os.environ) -> int | None:
     """The pid of the warm worker for this environment and code that is starting, if any."""
-    if not enabled(env):
-        return None
+    return _starting_pid(starting_path(home, fingerprint(env))) if enabled(env) else None
+
+
+def _starting_pid(marker: Path) -> int | None:
+    """The pid a starting marker names, if it is a live warm worker."""
     try:
-        pid = int(starting_path(home, fingerprint(env)).read_text())
+        pid = int(marker.read_text())
     except (OSError, ValueError):
         return None
     return pid if is_warm_worker(pid) else None
@@ -132,8 +135,13 @@ def find(home: Path, env: Mapping[str, str] = os.environ) -> WarmRecord | None:
 def write_record(home: Path, fp: str, record: WarmRecord) -> None:
     path = record_path(home, fp)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(record.model_dump_json())
+    _write_whole(path, record.model_dump_json())
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -162,10 +170,7 @@ def spawn(home: Path) -> None:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    marker = starting_path(home, fp)
-    tmp = marker.with_suffix(".starting-tmp")
-    tmp.write_text(str(proc.pid))
-    os.replace(tmp, marker)
+    _write_whole(starting_path(home, fp), str(proc.pid))
 
 
 def started(home: Path, fp: str) -> None:
@@ -177,11 +182,8 @@ def stop_all(home: Path) -> int:
     """Stop every warm worker of this state dir; how many were running."""
     stopped = 0
     for path in sorted(_dir(home).glob("*.starting")):
-        try:
-            pid = int(path.read_text())
-        except (OSError, ValueError):
-            pid = 0
-        if pid and is_warm_worker(pid):
+        pid = _starting_pid(path)
+        if pid is not None:
             os.kill(pid, signal.SIGTERM)
             stopped += 1
         path.unlink(missing_ok=True)

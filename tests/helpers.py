@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -129,3 +130,10 @@ def start_worker_logged(env: dict[str, str], log: Path) -> subprocess.Popen[byte
             [sys.executable, "worker.py"], cwd=Path(__file__).parent.parent, env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (yet)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,16 +24,11 @@ from durable_agent.operating import SettingsError, WorkerSettings, host_port
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from durable_agent.temporal_config import TemporalConfigError
 from durable_agent.wiring import connect
-from tests.helpers import start_session, start_worker_logged, worker_env
+from tests.helpers import free_port, start_session, worker_env
+from tests.helpers import start_worker_logged as start_worker
 from tests.tls_proxy import TlsProxy
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def get(url: str) -> tuple[int, str]:
@@ -57,9 +51,6 @@ async def wait_for(predicate, seconds: float = 60.0, what: str = "it") -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-start_worker = start_worker_logged
 
 
 # --- settings and profiles -------------------------------------------------------------------
@@ -319,9 +310,7 @@ def test_every_workflow_module_is_sandboxed_or_a_passed_through_helper():
     from durable_agent.wiring import WORKFLOW_HELPERS
 
     modules = {
-        f"workflows.{p.stem}"
-        for p in (Path(__file__).parent.parent / "workflows").glob("*.py")
-        if p.stem != "__init__"
+        f"workflows.{p.stem}" for p in (ROOT / "workflows").glob("*.py") if p.stem != "__init__"
     }
     defining = {m for m in modules if "@workflow.defn" in _source(m)}
     assert defining == {"workflows.query", "workflows.schedules", "workflows.session"}
@@ -329,4 +318,4 @@ def test_every_workflow_module_is_sandboxed_or_a_passed_through_helper():
 
 
 def _source(module: str) -> str:
-    return (Path(__file__).parent.parent / (module.replace(".", "/") + ".py")).read_text()
+    return (ROOT / (module.replace(".", "/") + ".py")).read_text()
