@@ -3,8 +3,8 @@ compiles every module it imports from source (anthropic alone: 1.4 s, twice the 
 CLI may take to its first request). When the dependencies were not compiled at install
 (`uv sync --compile-bytecode`, `UV_COMPILE_BYTECODE=1` as infra/Dockerfile does), durable-agent
 keeps its bytecode in `$DURABLE_AGENT_HOME/pycache` (Python's own `sys.pycache_prefix`), not in
-the source tree or site-packages, which the variable is there to keep clean.
-DURABLE_AGENT_BYTECODE_CACHE=0 turns it off. Imported first of all (durable_agent/__init__):
+the source tree or site-packages, which the variable is there to keep clean, or in
+PYTHONPYCACHEPREFIX when that is set. DURABLE_AGENT_BYTECODE_CACHE=0 turns it off. Imported first of all (durable_agent/__init__):
 only the standard library, nothing else."""
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ def _compiled_at_install(package: str = "anthropic") -> bool:
 
 def cache_bytecode_in_state_dir() -> None:
     if os.environ.get("DURABLE_AGENT_BYTECODE_CACHE") == "0" or _compiled_at_install():
+        return
+    if sys.pycache_prefix:  # PYTHONPYCACHEPREFIX: the place the user keeps bytecode
+        sys.dont_write_bytecode = False
         return
     from durable_agent.paths import state_home
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sysconfig
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -39,6 +40,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "needs_tool(name): needs a system tool (tests/system_tools.py); skip or fail"
     )
+    # Every durable-agent process a test starts has a state home of its own, so under
+    # PYTHONDONTWRITEBYTECODE each would compile its imports from source into that home
+    # (durable_agent/bytecode.py: 1.5-3 s of CPU a start, hundreds of starts). One bytecode
+    # cache for the run instead, set before pytest-xdist starts its workers (they inherit it).
+    cache = getattr(config, "cache", None)
+    if cache is not None and not hasattr(config, "workerinput"):
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache.mkdir("pycache")))
 
 
 @pytest.hookimpl(optionalhook=True)
