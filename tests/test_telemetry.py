@@ -1,6 +1,13 @@
-"""One trace per prompt across the client, workflows and activities, with GenAI attributes."""
+"""One trace per prompt across the client, workflows and activities, with GenAI attributes;
+exported over OTLP by the CLI and a worker."""
 
+import asyncio
+import signal
+import subprocess
+import sys
 import uuid
+from pathlib import Path
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -14,8 +21,10 @@ from durable_agent.engine.contracts import SessionInput
 from durable_agent.engine.state import QueryConfig, Terminal
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from durable_agent.wiring import build_worker
-from tests.helpers import replay_client_factory
+from tests.helpers import replay_client_factory, start_worker_logged, worker_env
 from workflows.session import SessionWorkflow
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def test_a_prompt_is_one_trace_with_model_and_tool_spans(
@@ -71,3 +80,109 @@ async def test_a_prompt_is_one_trace_with_model_and_tool_spans(
     assert tuple(attrs["gen_ai.response.finish_reasons"]) == ("tool_use",)  # type: ignore[arg-type]
     tool = next(s for s in spans if s.name == "execute_tool Read")
     assert tool.attributes["gen_ai.tool.call.id"] == "r1"  # type: ignore[index]
+
+
+class Collector:
+    """An OTLP/gRPC collector on loopback: keeps every span and metric name it is sent."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, str, bytes]] = []
+        """(service.name, span name, trace id)"""
+        self.metrics: set[str] = set()
+        self.address = ""
+
+    def __enter__(self) -> "Collector":
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.metrics.v1 import (
+            metrics_service_pb2,
+            metrics_service_pb2_grpc,
+        )
+        from opentelemetry.proto.collector.trace.v1 import (
+            trace_service_pb2,
+            trace_service_pb2_grpc,
+        )
+
+        collector = self
+
+        def service_name(resource: Any) -> str:
+            names = [a.value.string_value for a in resource.attributes if a.key == "service.name"]
+            return names[0] if names else ""
+
+        class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 — gRPC's name
+                for rs in request.resource_spans:
+                    service = service_name(rs.resource)
+                    for ss in rs.scope_spans:
+                        collector.spans += [(service, s.name, s.trace_id) for s in ss.spans]
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+                for rm in request.resource_metrics:
+                    for sm in rm.scope_metrics:
+                        collector.metrics.update(m.name for m in sm.metrics)
+                return metrics_service_pb2.ExportMetricsServiceResponse()
+
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), self._server)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self._server)
+        port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+        self.address = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop(grace=None)
+
+
+async def test_otlp_carries_the_cli_and_worker_spans_of_a_prompt_as_one_trace(dev_env, tmp_path):
+    """DURABLE_AGENT_OTEL=otlp, as infra/ sets it: `run --no-worker` and `python worker.py`
+    send their spans to one OTLP/gRPC collector — the prompt's span from the CLI, the
+    workflows', model call's and tool's from the worker, one trace — and the worker's metrics
+    (its token counts and the Temporal SDK's) go to the same collector."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+    turns = [tool_turn([("r1", "Read", {"file_path": "a.txt"})]), text_turn("done")]
+    queue = f"otlp-{uuid.uuid4().hex[:8]}"
+    address = dev_env.client.service_client.config.target_host
+    with Collector() as collector, ReplayServer(turns) as server:
+        env = worker_env(
+            server.base_url, tmp_path / "home", queue, address,
+            DURABLE_AGENT_OTEL="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=collector.address,
+            OTEL_SERVICE_NAME="durable-agent-worker",
+        )  # fmt: skip
+        log = tmp_path / "worker.log"
+        worker = start_worker_logged(env, log)
+        try:
+            cli = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "durable_agent", "run", "--no-worker", "--workspace",
+                 str(workspace), "read a.txt"],
+                cwd=ROOT, env={**env, "OTEL_SERVICE_NAME": "durable-agent-cli"},
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert cli.returncode == 0, cli.stderr
+            assert "done" in cli.stdout
+            worker.send_signal(signal.SIGTERM)  # spans still batched are sent as it exits
+            assert await asyncio.to_thread(worker.wait, 60) == 0, log.read_text()
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    by_service: dict[str, set[str]] = {}
+    for service, name, _ in collector.spans:
+        by_service.setdefault(service, set()).add(name)
+    assert "invoke_agent durable-agent" in by_service.get("durable-agent-cli", set()), by_service
+    worker_spans = by_service.get("durable-agent-worker", set())
+    assert {
+        "RunWorkflow:SessionWorkflow",
+        "chat claude-sonnet-4-5",
+        "execute_tool Read",
+    } <= worker_spans, by_service
+    assert len({trace_id for *_, trace_id in collector.spans}) == 1, "not one trace"
+    # the worker's token counts (flushed as it exits) and its Temporal SDK metrics
+    assert "gen_ai.client.token.usage" in collector.metrics, collector.metrics
+    assert any(name.startswith("temporal_") for name in collector.metrics), collector.metrics
