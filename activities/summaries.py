@@ -46,7 +46,7 @@ class SummaryActivities:
                 call = self.store.tool_use(req.session_id, req.assistant_uuid, ref.tool_use_id)
             except TranscriptError:
                 continue
-            result = ref.inline or self.store.get_tool_result(
+            result = ref.inline or self.store.tool_result(
                 req.session_id, ref.tool_use_id, ref.run_id
             )
             said = result.text() if result is not None else "(no result)"

@@ -388,6 +388,17 @@ class TranscriptStore:
         key = _result_key(block.tool_use_id, run_id)
         self._put_record(session_id, "result", key, block.model_dump_json())
 
+    def take_tool_results(self, session_id: str, taken: list[tuple[str, str]]) -> None:
+        """The user entry holding these results (tool_use id, run id) is stored: their records
+        go, so that a result is kept once, in the transcript (`tool_result` finds it there).
+        A crash before this leaves a record behind, never loses a result."""
+        self._drop_records(session_id, "result", [_result_key(*ids) for ids in taken])
+
+    def _drop_records(self, session_id: str, kind: str, keys: list[str]) -> None:
+        for key in keys:
+            with suppress(FileNotFoundError):
+                self._record_path(session_id, kind, key).unlink()
+
     def mark_tool_started(
         self, session_id: str, tool_use_id: str, run_id: str, record: dict[str, Any]
     ) -> None:
@@ -457,8 +468,23 @@ class TranscriptStore:
     def get_tool_result(
         self, session_id: str, tool_use_id: str, run_id: str = ""
     ) -> ToolResultBlock | None:
+        """This execution's result while it waits for its user entry (its record)."""
         text = self._get_record(session_id, "result", _result_key(tool_use_id, run_id))
         return None if text is None else ToolResultBlock.model_validate_json(text)
+
+    def tool_result(
+        self, session_id: str, tool_use_id: str, run_id: str = ""
+    ) -> ToolResultBlock | None:
+        """A tool call's result wherever it is now: its record, or, once a user entry has taken
+        it, that entry's block (for readers that may come late: summaries, hook callbacks)."""
+        found = self.get_tool_result(session_id, tool_use_id, run_id)
+        if found is not None:
+            return found
+        for entry in reversed(list(self.entries(session_id).values())):
+            for block in entry.message.content if entry.message and entry.type == "user" else []:
+                if isinstance(block, ToolResultBlock) and block.tool_use_id == tool_use_id:
+                    return block
+        return None
 
 
 def _early_key(assistant_uuid: str, tool_use_id: str) -> str:
@@ -494,9 +520,14 @@ def user_message(store: TranscriptStore, session_id: str, pending: PendingUser) 
 def append_pending(
     store: TranscriptStore, session_id: str, pending: PendingUser
 ) -> TranscriptEntry:
-    return store.append(
+    """Store the user entry (once), then let go of the result records it took."""
+    entry = store.append(
         session_id, pending.uuid, pending.parent_uuid, user_message(store, session_id, pending)
     )
+    stored = [(ref.tool_use_id, ref.run_id) for ref in pending.results if ref.inline is None]
+    if stored:
+        store.take_tool_results(session_id, stored)
+    return entry
 
 
 def chain_with_pending(

@@ -69,6 +69,34 @@ def test_pending_user_takes_stored_and_inline_results_in_order(store):
     assert len(store.entries("s")) == 1
 
 
+def test_a_result_is_kept_once_in_the_transcript_when_its_entry_takes_it(any_store):
+    """Issue 26: a stored result's record goes once the user entry holding it is stored; the
+    entry keeps it (a retried append too), and late readers find it there."""
+    store = any_store
+    for tool_use_id in ("t1", "t2"):
+        store.put_tool_result(
+            "s", ToolResultBlock(tool_use_id=tool_use_id, content=tool_use_id * 9), "r1"
+        )
+    store.put_tool_result("s", ToolResultBlock(tool_use_id="t1", content="another run"), "r2")
+    pending = PendingUser(
+        uuid="u", parent_uuid=None,
+        results=[ToolResultRef(tool_use_id="t1", run_id="r1"), ToolResultRef(tool_use_id="t2", run_id="r1")],
+    )  # fmt: skip
+    append_pending(store, "s", pending)
+    assert store.get_tool_result("s", "t1", "r1") is None
+    assert store.get_tool_result("s", "t2", "r1") is None
+    assert store.get_tool_result("s", "t1", "r2").content == "another run"  # not taken: kept
+    found = store.tool_result("s", "t2", "r1")
+    assert found is not None and found.content == "t2" * 9
+    # a retried append (its first completion lost) returns the entry with the real results
+    again = append_pending(store, "s", pending)
+    assert [b.content for b in again.message.content] == ["t1" * 9, "t2" * 9]  # type: ignore[union-attr]
+    assert store.tool_result("s", "t9") is None
+    if not store.shared:  # the embedded store's files
+        results = store.transcript_path("s").with_suffix(".results")
+        assert [p.name for p in results.iterdir()] == ["t1.r2.json"]
+
+
 def test_tool_use_lookup(store):
     store.append(
         "s",

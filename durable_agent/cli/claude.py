@@ -1016,7 +1016,7 @@ def _with_tool_result(req: HookCallbackRequest, session_id: str) -> dict[str, An
     ref = req.tool_result
     if ref is None:
         return req.input
-    block = _store().get_tool_result(session_id, ref.tool_use_id, ref.run_id)
+    block = _store().tool_result(session_id, ref.tool_use_id, ref.run_id)
     if block is None:
         return req.input
     return {**req.input, result_field(req.event): block.text()}

@@ -262,6 +262,13 @@ class PostgresStore(TranscriptStore):
             row = cur.fetchone()
             return None if row is None else str(row[0])
 
+    def _drop_records(self, session_id: str, kind: str, keys: list[str]) -> None:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "DELETE FROM records WHERE session_id = %s AND kind = %s AND key = ANY(%s)",
+                (session_id, kind, keys),
+            )
+
     def _keep_overflow(self, session_id: str, tool_use_id: str, text: str) -> None:
         """In the store, for the other machines (`fetch_overflow`), and as the file here."""
         with self.db.transaction() as cur:
