@@ -12,6 +12,7 @@ import json
 import platform
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -167,6 +168,10 @@ class MalformedResponse(Exception):
 
 
 PREVIEW_CHARS = 80
+KEPT_ANSWERS = 64
+"""Answers a worker keeps for a retry after the store refused them: the oldest go first (a
+retry that comes elsewhere, or never, must not hold them forever; one that finds its answer
+gone calls the API again)."""
 RAW_EVENT_TYPES = frozenset(
     {
         "message_start", "message_delta", "message_stop",
@@ -364,8 +369,9 @@ class ModelActivities:
         self._client_lock = asyncio.Lock()
         """One key look-up at a time: concurrent calls share the client one of them built."""
         self._keepalive = True
-        self._received: dict[tuple[str, str], anthropic.types.Message] = {}
-        """Answers streamed but not yet stored: a retry stores them without calling the API."""
+        self._received: OrderedDict[tuple[str, str], anthropic.types.Message] = OrderedDict()
+        """Answers streamed but not yet stored: a retry stores them without calling the API
+        (the last KEPT_ANSWERS)."""
         self._described: dict[tuple[str, str], ToolCall] = {}
         """Tool calls described for the early signal, reused for the answer (a few at most)."""
 
@@ -537,11 +543,14 @@ class ModelActivities:
             }
         )
         self._received[key] = final
+        self._received.move_to_end(key)
+        while len(self._received) > KEPT_ANSWERS:
+            self._received.popitem(last=False)
         try:
             await off_loop(self.store.append, req.session_id, req.assistant_uuid, parent, message)
         except OSError as exc:
             raise StoreError(str(exc)) from exc
-        del self._received[key]
+        self._received.pop(key, None)
         _record_usage(span, final)
         tool_results = await self._finish_in_step(req, message, in_step)
         tool_calls = [await self._describe(req, b, last=True) for b in message.tool_uses()]

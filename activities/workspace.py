@@ -121,8 +121,11 @@ class WorkspaceHosts:
         )
 
     def drop(self, session_id: str) -> None:
+        """The session has ended: its copy and its lock go."""
         with self._lock(session_id):
             shutil.rmtree(self._dir(session_id), ignore_errors=True)
+        with self._guard:
+            self._locks.pop(session_id, None)
 
 
 class WorkspaceActivities:

@@ -353,6 +353,9 @@ async def test_servers_that_cannot_start_are_failed_with_a_reason() -> None:
         call = await conns.call_tool("s", missing, "anything", {}, 5, ".")
         assert call.is_error and call.status is not None
         assert call.status.status == McpStatus.FAILED and "not connected" in text_of(call.content)
+        # the session's end lets go of everything it had here, failed servers included
+        assert await conns.close_session("s") == 0
+        assert not conns._locks and not conns._open
     finally:
         await conns.close_all()
 

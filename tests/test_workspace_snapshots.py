@@ -344,3 +344,21 @@ def test_write_back_never_overwrites_a_file_created_here_meanwhile(
     result = write_back(base, final, blobs, src)
     assert result.conflicts == ["gone/x.txt", "new.txt"] and result.added == []
     assert (src / "new.txt").read_text() == "mine\n"
+
+
+def test_a_hosts_copy_and_its_lock_go_when_the_session_ends(tmp_path: Path) -> None:
+    """WorkspaceHosts keeps one lock per session it holds a copy for, until `drop`."""
+    from activities.transcript import TranscriptStore
+    from activities.workspace import WorkspaceHosts
+
+    store = TranscriptStore(tmp_path / "state")
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.txt").write_text("alpha\n")
+    checkpoint = store_manifest(snapshot(source, store.blobs()), store.blobs())
+    hosts = WorkspaceHosts(store, "q/host-1")
+    tree, made = hosts.ensure("s", checkpoint)
+    assert made and (tree / "a.txt").read_text() == "alpha\n"
+    assert "s" in hosts._locks
+    hosts.drop("s")
+    assert not tree.exists() and "s" not in hosts._locks

@@ -180,6 +180,8 @@ class McpConnections:
     async def close_session(self, session_id: str) -> int:
         """Close the session's connections (ending its stdio servers); how many there were."""
         self._lost = {key for key in self._lost if key[0] != session_id}
+        for key in [key for key in self._locks if key[0] == session_id]:
+            self._locks.pop(key)  # a server that never opened has a lock, not a connection
         return await self._close([key for key in self._open if key[0] == session_id])
 
     async def close_all(self) -> None:
