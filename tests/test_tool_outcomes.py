@@ -187,3 +187,32 @@ async def test_a_short_in_step_read_travels_inline_and_a_long_one_is_stored(stor
     assert got_long.inline is None and got_long.content_chars > IN_STEP_INLINE_CHARS
     stored = store.get_tool_result("s", "toolu_l", "step1")
     assert stored is not None and "line 1\n" in stored.text()
+
+
+def test_the_session_end_ends_what_its_sub_agents_left_running_too(store):
+    """A sub-agent's tools run under its own session id (`<session>.agent-<call>`): the
+    session's end sweeps their processes with its own, and leaves other sessions' alone."""
+    import time
+
+    from activities.tools.environment import RUN_TAG_NAME, tagged_processes
+    from durable_agent.engine.contracts import EndProcessesInput
+
+    tags = {"own": "s/t1/r1", "agent": "s.agent-t2/t3/r1", "other": "sx/t1/r1"}
+    procs = {
+        name: subprocess.Popen(["sleep", "1000"], env={RUN_TAG_NAME: tag})
+        for name, tag in tags.items()
+    }
+    try:
+        for _ in range(100):  # until each shows its environment (empty in the middle of exec)
+            if all(tagged_processes(tag) for tag in tags.values()):
+                break
+            time.sleep(0.02)
+        ending = ToolActivities(store).end_session_processes(EndProcessesInput(session_id="s"))
+        out = asyncio.run(ending)
+        assert out.killed == 2
+        assert procs["own"].wait(5) and procs["agent"].wait(5)  # killed: a signal's exit
+        assert procs["other"].poll() is None
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()

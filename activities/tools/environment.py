@@ -152,10 +152,18 @@ def session_tag_prefix(session_id: str) -> str:
     return f"{session_id}/"
 
 
-def tagged_processes(tag: str, prefix: bool = False) -> list[int]:
+def session_and_agents_prefixes(session_id: str) -> tuple[str, str]:
+    """The tag prefixes of a session's tool runs and of its sub-agents' (whose session ids are
+    `<session>.agent-<call>`, workflows/agents.py): what the session's end sweeps."""
+    return session_tag_prefix(session_id), f"{session_id}.agent-"
+
+
+def tagged_processes(tag: str | tuple[str, ...], prefix: bool = False) -> list[int]:
     """Live processes of this machine whose environment carries `RUN_TAG_NAME=tag` (with
-    `prefix`, any tag that starts with `tag`)."""
-    needle = f"{RUN_TAG_NAME}={tag}".encode()
+    `prefix`, any tag that starts with `tag`; several tags: any of them)."""
+    needles = tuple(
+        f"{RUN_TAG_NAME}={t}".encode() for t in ((tag,) if isinstance(tag, str) else tag)
+    )
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -165,7 +173,7 @@ def tagged_processes(tag: str, prefix: bool = False) -> list[int]:
         except OSError:
             continue
         entries = environ.split(b"\0")
-        if any(e.startswith(needle) for e in entries) if prefix else needle in entries:
+        if any(e.startswith(needles) if prefix else e in needles for e in entries):
             found.append(int(entry.name))
     return found
 
@@ -174,7 +182,7 @@ KILL_SCANS = 3
 KILL_RESCAN_SECONDS = 0.02
 
 
-def kill_tagged(tag: str, prefix: bool = False) -> int:
+def kill_tagged(tag: str | tuple[str, ...], prefix: bool = False) -> int:
     """SIGKILL every process an execution started (a lost attempt's leftovers, or with `prefix`
     all of a session's); how many."""
     killed: set[int] = set()

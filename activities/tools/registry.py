@@ -21,7 +21,12 @@ from activities.heartbeat import heartbeating
 from activities.tools.base import ToolError, ToolOutput, Workspace
 from activities.tools.bash import run_bash
 from activities.tools.edit import run_edit
-from activities.tools.environment import RUN_TAG, SETTINGS_ENV, kill_tagged, session_tag_prefix
+from activities.tools.environment import (
+    RUN_TAG,
+    SETTINGS_ENV,
+    kill_tagged,
+    session_and_agents_prefixes,
+)
 from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
 from activities.tools.links import FILE_TOOLS, judged_at
@@ -397,9 +402,11 @@ class ToolActivities:
 
     @activity.defn(name=Activities.END_SESSION_PROCESSES)
     async def end_session_processes(self, req: EndProcessesInput) -> EndProcessesOutput:
-        """End what the session's tools left running on this machine (`nohup … &` daemons,
-        background jobs): every process whose environment carries one of its run tags."""
-        killed = await off_loop(kill_tagged, session_tag_prefix(req.session_id), prefix=True)
+        """End what the session's tools and its sub-agents' left running on this machine
+        (`nohup … &` daemons, background jobs): every process whose environment carries one of
+        their run tags."""
+        prefixes = session_and_agents_prefixes(req.session_id)
+        killed = await off_loop(kill_tagged, prefixes, prefix=True)
         if self.hosts is not None:  # its copy of the workspace, if it holds one
             await off_loop(self.hosts.drop, req.session_id)
         self.store.forget(req.session_id)  # nothing reads its transcript here any more
