@@ -223,24 +223,43 @@ class SessionWorkflow:
         runs_here = 0
         if self._config.mcp_servers and state.mcp is None:
             await self._mcp_tools()  # at once: the front-end's init lists them, with status
-        while True:
-            await wait_idle(state, inp.close_when_idle)
-            if not state.queued:
-                break
-            if runs_here >= inp.queries_per_run or workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(
-                    SessionInput(
-                        session_id=self._session_id,
-                        config=self._config,
-                        close_when_idle=inp.close_when_idle,
-                        queries_per_run=inp.queries_per_run,
-                        state=state,
+        try:
+            while True:
+                await wait_idle(state, inp.close_when_idle)
+                if not state.queued:
+                    break
+                if (
+                    runs_here >= inp.queries_per_run
+                    or workflow.info().is_continue_as_new_suggested()
+                ):
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(
+                        SessionInput(
+                            session_id=self._session_id,
+                            config=self._config,
+                            close_when_idle=inp.close_when_idle,
+                            queries_per_run=inp.queries_per_run,
+                            state=state,
+                        )
                     )
-                )
-            runs_here += 1
-            await self._run_prompt(inp, state.queued.pop(0))
+                runs_here += 1
+                await self._run_prompt(inp, state.queued.pop(0))
+        except asyncio.CancelledError:
+            # Cancelled (`temporal workflow cancel`, the Web UI): the session ends here, and
+            # what it leaves on workers goes as at its normal end (no SessionEnd hooks: a
+            # cancel asks for an end now). A terminate runs no workflow code: nothing to do.
+            if workflow.patched("session-cancel-clean-up-v1"):
+                await self._release()
+            raise
         await self._session_end_hooks()
+        await self._release()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self.status()
+
+    async def _release(self) -> None:
+        """What the session holds outside its history: the processes its tools (and its
+        sub-agents') left running, its schedules, this worker's MCP connections."""
+        state = self._state
         if workflow.patched("session-end-processes-v1"):
             # Nothing a tool of this session started outlives it (`nohup … &`, `cmd &`).
             ending = EndProcessesInput(session_id=self._session_id)
@@ -255,8 +274,6 @@ class SessionWorkflow:
                 await close_mcp(CloseMcpInput(session_id=self._session_id))
             except ActivityError as exc:
                 workflow.logger.warning("could not close the MCP connections: %s", exc)
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        return self.status()
 
     async def _mcp_tools(self) -> None:
         """The MCP servers' tools for the next prompt: connected the first time (each server's
