@@ -62,3 +62,28 @@ async def test_a_cancelled_session_ends_what_its_tools_left_running(
                 await handle.result()
             await _until(lambda: _leftovers(sid) == [], 10, "the session's processes to end")
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+
+
+async def test_a_session_cancelled_during_a_prompt_ends_cancelled_and_releases_too(
+    dev_env, store, workspace, task_queue
+):
+    """The cancel reaches the running prompt first (the SDK cancels the child and lets its
+    outcome through); the session still ends, cancelled, and ends what the tool left."""
+    (workspace / ".claude").mkdir()
+    (workspace / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"allow": ["Bash"]}})
+    )
+    command = "setsid sleep 1005 >/dev/null 2>&1 < /dev/null & sleep 3; echo started"
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("done")]
+    client = dev_env.client
+    with ReplayServer(turns) as api:
+        async with build_worker(client, task_queue, store, replay_client_factory(api)):
+            sid, handle = await start_session(
+                client, workspace, task_queue, close_when_idle=False, prefix="cancel"
+            )
+            await _until(lambda: len(_leftovers(sid)) >= 1, 30, "the Bash to start")
+            await handle.cancel()  # while the Bash runs
+            with pytest.raises(WorkflowFailureError):
+                await asyncio.wait_for(handle.result(), 30)
+            await _until(lambda: _leftovers(sid) == [], 10, "the session's processes to end")
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED

@@ -47,6 +47,8 @@ with workflow.unsafe.imports_passed_through():
 MID_TURN_PATCH = "mid-turn-prompts-v1"
 """A plain prompt sent while another runs is passed on to it, to reach the model with the next
 tool results (Claude Code's queued messages); before, it waited for the running one to end."""
+CANCEL_PATCH = "session-cancel-clean-up-v1"
+"""A cancelled session releases what it holds on workers (processes, schedules, MCP)."""
 
 MAX_QUEUED_PROMPTS = 20
 """Prompts a session holds while one runs; more is almost surely a runaway client."""
@@ -244,11 +246,15 @@ class SessionWorkflow:
                     )
                 runs_here += 1
                 await self._run_prompt(inp, state.queued.pop(0))
+                # A cancel that came while the prompt ran went to its child, and the SDK lets
+                # the child's outcome through instead: the session ends here all the same.
+                if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_PATCH):
+                    raise asyncio.CancelledError("the session was cancelled during a prompt")
         except asyncio.CancelledError:
             # Cancelled (`temporal workflow cancel`, the Web UI): the session ends here, and
             # what it leaves on workers goes as at its normal end (no SessionEnd hooks: a
             # cancel asks for an end now). A terminate runs no workflow code: nothing to do.
-            if workflow.patched("session-cancel-clean-up-v1"):
+            if workflow.patched(CANCEL_PATCH):
                 await self._release()
             raise
         await self._session_end_hooks()
