@@ -7,6 +7,7 @@ matching.enableFairness on (durable_agent.devserver.DYNAMIC_CONFIG)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +39,12 @@ BURST = 50
 
 
 def _slow_answer(body: dict[str, Any], index: int) -> Turn:
-    return text_turn("done").model_copy(update={"pause_before": {0: MODEL_SECONDS}})
+    """B's calls take MODEL_SECONDS; the burst's 1.5-4.5 s, so that its calls end at staggered
+    times and a slot frees every fraction of a second, as real API calls do (were they all
+    alike, the waves would end together and B's wait for a slot would be a whole call)."""
+    prompt = json.dumps(body["messages"][0]["content"])
+    seconds = MODEL_SECONDS if "tenant-b" in prompt else 1.5 + (index % 7) * 0.5
+    return text_turn("done").model_copy(update={"pause_before": {0: seconds}})
 
 
 async def _start(
@@ -51,7 +57,10 @@ async def _start(
     return await client.start_workflow(
         Workflows.SESSION,
         SessionInput(
-            session_id=session_id, config=config, initial_prompt="go", close_when_idle=True
+            session_id=session_id,
+            config=config,
+            initial_prompt=f"go ({tenant})",
+            close_when_idle=True,
         ),
         id=session_id,
         task_queue=task_queue,
