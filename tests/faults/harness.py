@@ -29,12 +29,30 @@ class _ExitedAtStart(RuntimeError):
     pass
 
 
+_CLAIMED: set[int] = set()
+_CLAIM_LOCK = threading.Lock()
+
+
+def _claim_port() -> int:
+    """A free port no other DevServer of this process was given. A port is free to a second
+    server while its first is down for a restart, or before the first binds it: two runs that
+    share one would each take the other's server for their own (a restart's CLI then waits on
+    a server that is not there)."""
+    with _CLAIM_LOCK:
+        for _ in range(100):
+            port = free_port(0)
+            if port not in _CLAIMED:
+                _CLAIMED.add(port)
+                return port
+    raise RuntimeError("no unclaimed free port on 127.0.0.1")
+
+
 class DevServer:
     """A Temporal dev server on its own port and SQLite file; `kill` + `start` is a restart."""
 
     def __init__(self, db_path: Path) -> None:
         self.db_path = db_path
-        self.port = free_port(0)
+        self.port = _claim_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._started = False
 
@@ -52,7 +70,7 @@ class DevServer:
             except _ExitedAtStart:
                 if self._started or attempt == 2:
                     raise
-                self.port = free_port(0)
+                self.port = _claim_port()
         raise AssertionError("unreachable")
 
     def _start(self, timeout: float) -> DevServer:
@@ -78,6 +96,9 @@ class DevServer:
                 raise RuntimeError(f"dev server did not start in {timeout:g} s; see {log_path}")
             time.sleep(0.05)
         _wait_healthy(self.address, deadline)
+        if self.proc.poll() is not None:  # the port answered, but another process holds it
+            tail = log_path.read_text(errors="replace")[-1500:]
+            raise _ExitedAtStart(f"dev server exited ({self.proc.returncode}) at start:\n{tail}")
         self._started = True
         return self
 
