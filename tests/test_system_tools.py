@@ -31,7 +31,19 @@ def pytest_without(tmp_path: Path, tool: str, ci: str | None) -> subprocess.Comp
     if ci is not None:
         env["CI"] = ci
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rsE", "-p", "no:cacheprovider", *NEEDY[tool]],
+        # -n 0: one process; the project's `-n 2` would start two xdist workers for 1-2 tests
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rsE",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+            *NEEDY[tool],
+        ],
         env=env,
         cwd=ROOT,
         capture_output=True,
