@@ -1,0 +1,73 @@
+"""What the model activity's client costs per call: a warm worker's first streamed call imports
+nothing more (the prewarm's module list is current), and no call rebuilds the stream helper's
+pydantic model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.test_cli import ROOT
+
+FIRST_CALL = """
+import asyncio, json, sys
+import activities.model as model
+from durable_agent.replay import ReplayServer, text_turn
+
+async def main():
+    with ReplayServer([text_turn("hi"), text_turn("again")]) as server:
+        client = model.default_client(model.ClientOptions(api_key="k", base_url=server.base_url))
+        if sys.argv[1] == "prewarmed":
+            model._import_stream_path()
+        before = set(sys.modules)
+        for _ in range(2):
+            async with client.messages.stream(
+                model="claude-sonnet-4-5", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+            ) as stream:
+                await stream.get_final_message()
+        await client.close()
+        return sorted(set(sys.modules) - before)
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def imported_by_the_first_call(mode: str) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", FIRST_CALL, mode],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_prewarm_imports_what_the_first_streamed_call_would():
+    assert imported_by_the_first_call("cold"), "the first call imports nothing lazily any more"
+    assert imported_by_the_first_call("prewarmed") == []
+
+
+def test_no_stream_rebuilds_the_snapshot_model():
+    """pydantic caches parametrized models weakly: the class the SDK's stream helper names at
+    each stream's start is held by activities/model.py, so it is built once, not per call."""
+    probe = """
+import gc, pydantic._internal._generics as generics
+import activities.model  # noqa: F401  (holds it)
+from anthropic.lib._parse._response import ResponseFormatT
+from anthropic.types.parsed_message import ParsedMessage
+built = []
+real = generics.create_generic_submodel
+generics.create_generic_submodel = lambda *a: built.append(a[0]) or real(*a)
+for _ in range(3):
+    ParsedMessage[ResponseFormatT]
+    gc.collect()
+print(len(built))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "0"
