@@ -221,7 +221,8 @@ async def run_in_step(
     would, unless it is short (kept inline then, and when the store cannot hold it: the model
     must see it)."""
     overflow = (store.overflow_dir(session_id),)
-    await off_loop(store.fetch_overflow, session_id)
+    if store.shared:  # a thread hop a Read, for a store that has nothing to copy in
+        await off_loop(store.fetch_overflow, session_id)
     with tool_span(block) as span:
         output = await execute_tool(block.name, block.input, workspace, overflow, permissions)
         span.set_attribute("durable_agent.tool.is_error", output.is_error)
@@ -279,7 +280,8 @@ class ToolActivities:
 
     async def _execute(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
         overflow = (self.store.overflow_dir(req.session_id),)
-        await off_loop(self.store.fetch_overflow, req.session_id)
+        if self.store.shared:
+            await off_loop(self.store.fetch_overflow, req.session_id)
         if req.mcp_server is not None:
             running = self._call_mcp(req, block)
         else:
