@@ -47,6 +47,10 @@ def pytest_configure(config: pytest.Config) -> None:
     cache = getattr(config, "cache", None)
     if cache is not None and not hasattr(config, "workerinput"):
         os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache.mkdir("pycache")))
+    # Workers the tests start keep the workflow modules in the sandbox, which stops a workflow
+    # that calls something non-deterministic (durable_agent/wiring.py: a worker passes them
+    # through otherwise; tests/test_sandbox_modes.py runs a session that way).
+    os.environ.setdefault("DURABLE_AGENT_SANDBOX", "strict")
 
 
 @pytest.hookimpl(optionalhook=True)
