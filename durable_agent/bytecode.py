@@ -4,8 +4,8 @@ CLI may take to its first request). When the dependencies were not compiled at i
 (`uv sync --compile-bytecode`, `UV_COMPILE_BYTECODE=1` as infra/Dockerfile does), durable-agent
 keeps its bytecode in `$DURABLE_AGENT_HOME/pycache` (Python's own `sys.pycache_prefix`), not in
 the source tree or site-packages, which the variable is there to keep clean, or in
-PYTHONPYCACHEPREFIX when that is set. DURABLE_AGENT_BYTECODE_CACHE=0 turns it off. Imported first of all (durable_agent/__init__):
-only the standard library, nothing else."""
+PYTHONPYCACHEPREFIX when that is set. DURABLE_AGENT_BYTECODE_CACHE=0 turns it off. Imported
+first of all (durable_agent/__init__): only the standard library, nothing else."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import sysconfig
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -99,6 +100,28 @@ async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
     yield env
     await env.shutdown()
     await asyncio.sleep(0.5)
+
+
+@pytest.fixture(autouse=True)
+def close_postgres_stores(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every PostgresStore a test opens is closed when it ends: a pool left to the garbage
+    collector is finalized in one of its own threads, which cannot join itself (a warning in
+    whichever test is running then)."""
+    module = sys.modules.get("durable_agent.store.postgres")
+    if module is None:
+        yield
+        return
+    opened: list[Any] = []
+    real_init = module.PostgresStore.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(module.PostgresStore, "__init__", init)
+    yield
+    for store in opened:
+        store.db.close()
 
 
 @pytest.fixture(autouse=True)
