@@ -22,9 +22,12 @@ async def heartbeating(*details: object) -> AsyncIterator[None]:
     interval = min(timeout.total_seconds() / 2, HEARTBEAT_INTERVAL_SECONDS) if timeout else 10.0
 
     async def beat() -> None:
+        # The first beat after `interval`, not at once: the server times the heartbeat from the
+        # attempt's start, and a beat is an RPC and a write on the server, which a call that
+        # ends within the interval (most model calls of a fast API, most tools) spares.
         while True:
-            activity.heartbeat(*details)
             await asyncio.sleep(interval)
+            activity.heartbeat(*details)
 
     task = asyncio.create_task(beat())
     try:

@@ -657,8 +657,7 @@ class ModelActivities:
         req: CallModelInput,
         in_step: dict[str, asyncio.Task[RunToolOutput]],
     ) -> anthropic.types.Message:
-        details = track.model_dump(mode="json")
-        activity.heartbeat(details)
+        details = track.model_dump(mode="json")  # the attempt's own: its beats repeat them
         refresh = track.credential_refreshes > 0 and self._client is None
         early = req.config.eager_tools != EagerTools.NONE
         idle = req.config.stream_idle_seconds
