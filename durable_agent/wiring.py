@@ -212,7 +212,8 @@ WORKFLOW_HELPERS = (
 process rather than once per workflow started (with the rest of the sandbox's set-up, a
 quarter of a busy worker's CPU, bench/sessions_per_worker.py). They hold no mutable module
 state; the workflows' determinism stays checked by replaying the committed histories (whose
-Replayer keeps the full sandbox) and by the sandbox around the workflow modules themselves."""
+Replayer keeps the full sandbox) and, under DURABLE_AGENT_SANDBOX=strict (the test suite), by
+the sandbox around the workflow modules themselves (see WORKFLOW_MODULES)."""
 
 WORKFLOW_MODULES = ("workflows.query", "workflows.schedules", "workflows.session")
 """The modules that define the workflows. The sandbox imports each afresh for every workflow

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import sysconfig
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -51,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Workers the tests start keep the workflow modules in the sandbox, which stops a workflow
     # that calls something non-deterministic (durable_agent/wiring.py: a worker passes them
     # through otherwise; tests/test_sandbox_modes.py runs a session that way).
-    os.environ.setdefault("DURABLE_AGENT_SANDBOX", "strict")
+    os.environ["DURABLE_AGENT_SANDBOX"] = "strict"
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -107,8 +106,9 @@ def close_postgres_stores(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every PostgresStore a test opens is closed when it ends: a pool left to the garbage
     collector is finalized in one of its own threads, which cannot join itself (a warning in
     whichever test is running then)."""
-    module = sys.modules.get("durable_agent.store.postgres")
-    if module is None:
+    try:
+        from durable_agent.store import postgres as module
+    except ImportError:  # no psycopg: no PostgresStore either
         yield
         return
     opened: list[Any] = []

@@ -120,7 +120,7 @@ os._exit(1 if failed else 0)
 """
 
 
-def test_every_cli_module_imports_alone_in_a_fresh_interpreter():
+def test_every_cli_module_imports_alone():
     names = sorted(import_graph(PACKAGE))
     proc = subprocess.run(
         [sys.executable, "-c", ALONE, *names],

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from durable_agent.wiring import WORKFLOWS
+from durable_agent.wiring import WORKFLOWS, workflow_runner
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -22,9 +22,20 @@ def test_histories_are_committed():
     assert len(HISTORIES) >= 10
 
 
+@pytest.mark.parametrize("runner", ["sandbox", "worker"])
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
-async def test_history_replays(path):
+async def test_history_replays(path, runner, monkeypatch):
+    """Under the SDK's full sandbox, and as a worker runs them (durable_agent/wiring.py: the
+    workflow modules passed through)."""
     history = WorkflowHistory.from_json(path.stem.split(".")[0], json.loads(path.read_text()))
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    if runner == "worker":
+        monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
+        replayer = Replayer(
+            workflows=WORKFLOWS,
+            data_converter=pydantic_data_converter,
+            workflow_runner=workflow_runner(),
+        )
+    else:
+        replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

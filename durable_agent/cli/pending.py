@@ -97,7 +97,10 @@ def describe_activity(
             line += f"; last error: {failure}"
         return line + f" — is a worker running on task queue {task_queue!r}?"
     started = _time(info, "last_started_time")
-    beat = _time(info, "last_heartbeat_time") or started
+    # This attempt's start when it has not beaten yet: the server keeps an earlier attempt's
+    # last heartbeat time across a retry.
+    beats = [t for t in (_time(info, "last_heartbeat_time"), started) if t is not None]
+    beat = max(beats) if beats else None
     timeout = info.activity_options.heartbeat_timeout.ToTimedelta()
     worker = info.last_worker_identity or "a worker"
     line = f"{name}: running on {worker} for {_when(started, now).removesuffix(' ago')} ({attempt})"
