@@ -166,6 +166,12 @@ async def test_otlp_carries_the_cli_and_worker_spans_of_a_prompt_as_one_trace(de
             )  # fmt: skip
             assert cli.returncode == 0, cli.stderr
             assert "done" in cli.stdout
+            # The Temporal SDK's metrics go out every second from its own thread, not at exit:
+            # the worker is stopped once they have come (or after 15 s: the assertion below).
+            for _ in range(150):
+                if any(name.startswith("temporal_") for name in list(collector.metrics)):
+                    break
+                await asyncio.sleep(0.1)
             worker.send_signal(signal.SIGTERM)  # spans still batched are sent as it exits
             assert await asyncio.to_thread(worker.wait, 60) == 0, log.read_text()
         finally:
