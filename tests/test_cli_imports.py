@@ -120,15 +120,14 @@ os._exit(1 if failed else 0)
 """
 
 
-def test_every_cli_module_imports_alone():
-    names = sorted(import_graph(PACKAGE))
-    proc = subprocess.run(
-        [sys.executable, "-c", ALONE, *names],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+def import_each_alone(cwd: Path, names: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", ALONE, *names], cwd=cwd, capture_output=True, text=True, timeout=300
     )
+
+
+def test_every_cli_module_imports_alone():
+    proc = import_each_alone(ROOT, sorted(import_graph(PACKAGE)))
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -136,13 +135,7 @@ def test_the_import_check_sees_a_module_that_needs_another_first(tmp_path):
     """The checker itself: a module that fails unless another was imported before it."""
     (tmp_path / "needs_first.py").write_text("import sys\nsys.modules['first_one'].VALUE\n")
     (tmp_path / "first_one.py").write_text("VALUE = 1\n")
-    proc = subprocess.run(
-        [sys.executable, "-c", ALONE, "first_one", "needs_first"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = import_each_alone(tmp_path, ["first_one", "needs_first"])
     assert proc.returncode == 1 and "FAILED needs_first" in proc.stderr, proc.stderr
     assert "FAILED first_one" not in proc.stderr
 

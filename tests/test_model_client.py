@@ -33,16 +33,17 @@ print(json.dumps(asyncio.run(main())))
 """
 
 
-def imported_by_the_first_call(mode: str) -> list[str]:
+def probe(code: str, *args: str) -> str:
+    """What `code`, run in an interpreter of its own, prints last."""
     proc = subprocess.run(
-        [sys.executable, "-c", FIRST_CALL, mode],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def imported_by_the_first_call(mode: str) -> list[str]:
+    return json.loads(probe(FIRST_CALL, mode))
 
 
 def test_the_prewarm_imports_what_the_first_streamed_call_would():
@@ -80,8 +81,5 @@ def test_no_stream_rebuilds_the_snapshot_model():
     """pydantic caches parametrized models weakly: the class the SDK's stream helper names at
     each stream's start is held by activities/model.py, so no stream builds one (without the
     hold, every stream did)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", STREAMS], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().startswith("0 "), proc.stdout
+    built = probe(STREAMS)
+    assert built.startswith("0 "), built

@@ -209,6 +209,14 @@ IN_STEP_INLINE_CHARS = 4_000
 file: one fsync and rename less a turn; a longer one is stored and only its preview travels."""
 
 
+async def overflow_here(store: TranscriptStore, session_id: str) -> tuple[Path, ...]:
+    """The session's overflow folder, its files readable here: a shared store copies them in
+    (in a thread); the files store has them in place, and no thread hop is spent on it."""
+    if store.shared:
+        await off_loop(store.fetch_overflow, session_id)
+    return (store.overflow_dir(session_id),)
+
+
 async def run_in_step(
     store: TranscriptStore,
     session_id: str,
@@ -220,9 +228,7 @@ async def run_in_step(
     """Run a read-only tool inside the step that needs it and store its result, as run_tool
     would, unless it is short (kept inline then, and when the store cannot hold it: the model
     must see it)."""
-    overflow = (store.overflow_dir(session_id),)
-    if store.shared:  # a thread hop a Read, for a store that has nothing to copy in
-        await off_loop(store.fetch_overflow, session_id)
+    overflow = await overflow_here(store, session_id)
     with tool_span(block) as span:
         output = await execute_tool(block.name, block.input, workspace, overflow, permissions)
         span.set_attribute("durable_agent.tool.is_error", output.is_error)
@@ -279,9 +285,7 @@ class ToolActivities:
         return ToolOutput(text or "(no output)", is_error=out.is_error, blocks=blocks)
 
     async def _execute(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
-        overflow = (self.store.overflow_dir(req.session_id),)
-        if self.store.shared:
-            await off_loop(self.store.fetch_overflow, req.session_id)
+        overflow = await overflow_here(self.store, req.session_id)
         if req.mcp_server is not None:
             running = self._call_mcp(req, block)
         else:
