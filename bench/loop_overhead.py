@@ -13,6 +13,10 @@ A turn is timed from one model call to the next, first to last (N turns), so wor
 workflow start/finish are left out. The three run interleaved on the one embedded dev server,
 after a short warm-up round; the median of --repeats runs is printed with the ratios.
 
+The fake API answers from a process of its own (bench.common.ApiProcess), as the real API is
+not in the worker's process; `--api-in-process` serves it from a thread of the timed process
+instead, where its request parsing and SSE writing share that process's interpreter lock.
+
     uv run python bench/loop_overhead.py [--turns 40] [--repeats 5]
 """
 
@@ -42,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools.base import Workspace
     from activities.tools.read import run_read
     from activities.transcript import TranscriptStore
-    from bench.common import dev_env
+    from bench.common import ApiProcess, dev_env
     from durable_agent.engine.state import DEFAULT_MODEL
     from durable_agent.engine.tools import ReadInput
     from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
@@ -69,16 +73,30 @@ def per_turn_ms(times: list[float], turns: int) -> float:
     return (times[-1] - times[0]) / turns * 1000
 
 
-def check(server: ReplayServer) -> list[float]:
-    assert not server.violations, server.violations
-    return list(server.request_times)
+FakeApi = ApiProcess | ReplayServer
+IN_PROCESS = False
+"""--api-in-process: the fake API answers from a thread of this process."""
+
+
+def fake_api(turns: list[Turn]) -> FakeApi:
+    return ReplayServer(turns) if IN_PROCESS else ApiProcess(turns)
+
+
+def check(server: FakeApi) -> list[float]:
+    if isinstance(server, ReplayServer):
+        violations, times = server.violations, server.request_times
+    else:
+        state = server.state()
+        violations, times = state["violations"], state["request_times"]
+    assert not violations, violations
+    return list(times)
 
 
 # --- durable: the product ---------------------------------------------------------------
 
 
 async def durable_ms(client: Client, turns: int) -> float:
-    with tempfile.TemporaryDirectory() as tmp, ReplayServer(script(turns)) as server:
+    with tempfile.TemporaryDirectory() as tmp, fake_api(script(turns)) as server:
         _, status = await run_session(
             client, server, TranscriptStore(Path(tmp) / "state"), workspace(tmp),
             f"read {FILE} again and again", f"bench-durable-{uuid.uuid4()}",
@@ -134,7 +152,7 @@ async def floor_ms(client: Client, turns: int) -> float:
 
 
 async def asyncio_ms(_client: Client, turns: int) -> float:
-    with tempfile.TemporaryDirectory() as tmp, ReplayServer(script(turns)) as server:
+    with tempfile.TemporaryDirectory() as tmp, fake_api(script(turns)) as server:
         ws = Workspace.open(str(workspace(tmp)))
         api = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="dummy", max_retries=0)
         messages: list[anthropic.types.MessageParam] = [
@@ -179,7 +197,9 @@ async def main(turns: int, repeats: int) -> None:
             for name, measure in LOOPS.items():
                 samples[name].append(await measure(env.client, turns))
     med = {name: statistics.median(values) for name, values in samples.items()}
+    where = "a thread of this process" if IN_PROCESS else "a process of its own"
     print(f"{turns} Read turns per run, median of {repeats} runs (ms per turn)")
+    print(f"the fake API answers from {where}")
     print(f"{'loop':<8}  {'ms/turn':>8}  {'min':>7}  {'max':>7}")
     for name, values in samples.items():
         print(f"{name:<8}  {med[name]:>8.1f}  {min(values):>7.1f}  {max(values):>7.1f}")
@@ -193,5 +213,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--api-in-process",
+        action="store_true",
+        help="serve the fake API from a thread of the timed process (as before 2026-12-07)",
+    )
     ns = parser.parse_args()
+    IN_PROCESS = ns.api_in_process
     asyncio.run(main(ns.turns, ns.repeats))

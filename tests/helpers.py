@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 import anthropic
 from temporalio.client import Client, WorkflowHandle
@@ -17,12 +18,19 @@ from activities.model import ClientOptions, ModelActivities
 from activities.transcript import TranscriptStore
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import HostedWorkspace, QueryConfig
-from durable_agent.replay import ReplayServer
 from durable_agent.wiring import build_worker
 from workflows.session import SessionWorkflow
 
 
-def replay_client_factory(server: ReplayServer):
+class FakeApi(Protocol):
+    """A fake Messages API: a ReplayServer in this process, or one in a process of its own
+    (bench.common.ApiProcess)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+
+def replay_client_factory(server: FakeApi):
     def factory(opts: ClientOptions) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
             api_key=opts.api_key or "test-key", base_url=server.base_url, max_retries=0
@@ -33,7 +41,7 @@ def replay_client_factory(server: ReplayServer):
 
 async def run_session(
     client: Client,
-    server: ReplayServer,
+    server: FakeApi,
     store: TranscriptStore,
     workspace: Path,
     prompt: str,

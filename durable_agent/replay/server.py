@@ -125,6 +125,7 @@ class ReplayServer(LoopbackServer):
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # each event goes out as it is written
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -140,6 +141,22 @@ class ReplayServer(LoopbackServer):
                 finally:
                     with server._lock:
                         server.open_connections -= 1
+
+            def do_GET(self) -> None:
+                """`/_replay/state`: what the server saw, for a client in another process."""
+                if self.path.split("?")[0] != STATE_PATH:
+                    return self._error(
+                        ErrorReply(
+                            status=404, type="not_found_error", message=f"no route {self.path}"
+                        )
+                    )
+                with server._lock:
+                    state = {
+                        "requests": len(server.requests),
+                        "request_times": list(server.request_times),
+                        "violations": list(server.violations),
+                    }
+                self._json(200, state)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
@@ -220,14 +237,20 @@ class ReplayServer(LoopbackServer):
                 self._json(err.status, body, err.headers)
 
             def _stream(self, turn: Turn, model: str) -> None:
+                fault = turn.fault
+                breaks = fault is not None and fault.kind in BREAKING
+                # As the API does: a whole stream is chunked and its connection kept for the
+                # next request; one that a fault cuts ends with the connection.
+                chunked = not breaks
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
-                self.send_header("connection", "close")
+                if chunked:
+                    self.send_header("transfer-encoding", "chunked")
+                else:
+                    self.send_header("connection", "close")
+                    self.close_connection = True
                 self.end_headers()
-                fault = turn.fault
-                breaks = fault is not None and fault.kind in BREAKING
-                self.close_connection = True
                 for sent, (event, data) in enumerate(turn_events(turn, model)):
                     if fault is not None and breaks and sent >= fault.after_events:
                         self._break(fault)
@@ -236,13 +259,23 @@ class ReplayServer(LoopbackServer):
                         time.sleep(turn.event_delay)
                     if sent in turn.pause_before and not self._wait(turn.pause_before[sent]):
                         return
+                    frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                    if chunked:
+                        frame = b"%x\r\n%s\r\n" % (len(frame), frame)
                     try:
-                        self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                        self.wfile.write(frame)
                         self.wfile.flush()
                     except OSError:
+                        self.close_connection = True
                         with server._lock:
                             server.hangups.append(time.monotonic())
                         return
+                if chunked:
+                    try:
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
+                    except OSError:
+                        self.close_connection = True
 
             def _break(self, fault: Fault) -> None:
                 if fault.kind == "error_event":
@@ -274,6 +307,10 @@ class ReplayServer(LoopbackServer):
 
         return Handler
 
+
+STATE_PATH = "/_replay/state"
+"""GET: how many requests came, when (time.monotonic(), the same clock in every process of
+the machine) and the violations, as JSON."""
 
 BREAKING = frozenset({"drop", "truncate", "error_event", "garbage_event", "stall"})
 """Fault kinds that cut the stream after `after_events` events."""
