@@ -1,19 +1,28 @@
 """What the model activity's client costs per call: a warm worker's first streamed call imports
-nothing more (the prewarm's module list is current), and no call rebuilds the stream helper's
-pydantic model."""
+nothing more (the prewarm's module list is current), no call rebuilds the stream helper's
+pydantic model, and a request encoded off the event loop goes out as the SDK's stream helper
+sends it."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from typing import Any
 
+import anthropic
+import httpx2
+
+import activities.model as model
+from durable_agent.replay import ReplayServer, text_turn
 from tests.test_cli import ROOT
 
 FIRST_CALL = """
 import asyncio, json, sys
 import activities.model as model
 from durable_agent.replay import ReplayServer, text_turn
+
+REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
 
 async def main():
     with ReplayServer([text_turn("hi"), text_turn("again")]) as server:
@@ -22,9 +31,7 @@ async def main():
             model._import_stream_path()
         before = set(sys.modules)
         for _ in range(2):
-            async with client.messages.stream(
-                model="claude-sonnet-4-5", max_tokens=10, messages=[{"role": "user", "content": "x"}]
-            ) as stream:
+            async with model.stream_encoded(client, model.encode_request(REQUEST)) as stream:
                 await stream.get_final_message()
         await client.close()
         return sorted(set(sys.modules) - before)
@@ -57,6 +64,7 @@ import pydantic._internal._generics as generics
 import activities.model as model
 from durable_agent.replay import ReplayServer, text_turn
 
+REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
 built = []
 real = generics.create_generic_submodel
 generics.create_generic_submodel = lambda *a: built.append(a[0]) or real(*a)
@@ -65,9 +73,7 @@ async def main():
     with ReplayServer([text_turn(str(i)) for i in range(3)]) as server:
         client = model.default_client(model.ClientOptions(api_key="k", base_url=server.base_url))
         for _ in range(3):
-            async with client.messages.stream(
-                model="claude-sonnet-4-5", max_tokens=10, messages=[{"role": "user", "content": "x"}]
-            ) as stream:
+            async with model.stream_encoded(client, model.encode_request(REQUEST)) as stream:
                 await stream.get_final_message()
             gc.collect()
         await client.close()
@@ -83,3 +89,48 @@ def test_no_stream_rebuilds_the_snapshot_model():
     hold, every stream did)."""
     built = probe(STREAMS)
     assert built.startswith("0 "), built
+
+
+async def test_an_encoded_request_goes_out_as_the_sdks_stream_helper_sends_it():
+    """`stream_encoded` (the body encoded in the model step's thread) against the SDK's own
+    `messages.stream(**request)`: the same body (its fields in the request's order rather than
+    the SDK's) and the same headers, for a request with every field build_request sets, extra
+    headers and body included."""
+    request: dict[str, Any] = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 2048,
+        "system": [
+            {"type": "text", "text": "be brief é ✓", "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "naïve \u2028 x"}]}],
+        "tools": [{"name": "Read", "description": "r", "input_schema": {"type": "object"}}],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "extra_headers": {"anthropic-beta": "task-budgets-2026-03-13"},
+        "extra_body": {"output_config": {"task_budget": {"type": "tokens", "total": 5000}}},
+    }
+    bodies: list[bytes] = []
+
+    async def keep(request: httpx2.Request) -> None:
+        bodies.append(request.content)
+
+    with ReplayServer([text_turn("a"), text_turn("b")]) as server:
+        http = httpx2.AsyncClient(event_hooks={"request": [keep]})
+        client = anthropic.AsyncAnthropic(
+            api_key="k", base_url=server.base_url, max_retries=0, http_client=http
+        )
+        for manager in (
+            client.messages.stream(**request),
+            model.stream_encoded(client, model.encode_request(request)),
+        ):
+            async with manager as stream:
+                assert (await stream.get_final_message()).stop_reason == "end_turn"
+        await client.close()
+    sdk, ours = bodies
+    assert json.loads(ours) == json.loads(sdk)
+    assert len(ours) == len(sdk)  # the same encoding: compact, UTF-8
+    assert json.loads(ours)["output_config"]["task_budget"]["total"] == 5000
+    varying = {"x-stainless-retry-count", "x-stainless-read-timeout", "traceparent"}
+    first, second = ({k: v for k, v in h.items() if k not in varying} for h in server.headers)
+    assert second == first
+    assert first["anthropic-beta"] == "task-budgets-2026-03-13"
+    assert first["x-stainless-helper-method"] == "stream"
