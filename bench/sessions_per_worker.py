@@ -48,6 +48,9 @@ from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn  # noq
 from tests.helpers import free_port, start_session, start_worker_logged, worker_env  # noqa: E402
 
 READS = 4
+CLI_CONFIG = {"settings": {}}
+"""As the CLI starts a session: with its settings snapshot (here: no settings files), from which
+the workflow knows there are no Stop hooks to run."""
 FILE = "notes.txt"
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -114,7 +117,10 @@ async def round_of(client: Any, queue: str, ws: Path, sessions: int) -> tuple[fl
     """(seconds from the first start to the last end, failures)."""
     began = time.monotonic()
     started = await asyncio.gather(
-        *(start_session(client, ws, queue, f"read {FILE}", prefix="bench") for _ in range(sessions))
+        *(
+            start_session(client, ws, queue, f"read {FILE}", prefix="bench", config=CLI_CONFIG)
+            for _ in range(sessions)
+        )
     )
     results = await asyncio.gather(*(h.result() for _, h in started), return_exceptions=True)
     elapsed = time.monotonic() - began

@@ -270,11 +270,41 @@ def append_entry(req: AppendEntryInput) -> Awaitable[AppendEntryOutput]:
     )
 
 
+def transcript_location(session_id: str, local: bool) -> Awaitable[str]:
+    """Where the store keeps the session's transcript (a path, or the shared store's name for
+    it); `local`: run by the worker of the workflow task (a marker in history, no task)."""
+    if local:
+        return workflow.execute_local_activity(
+            Activities.TRANSCRIPT_LOCATION,
+            session_id,
+            result_type=str,
+            start_to_close_timeout=STORE_TIMEOUT,
+            retry_policy=STORE_RETRY,
+        )
+    return workflow.execute_activity(
+        Activities.TRANSCRIPT_LOCATION,
+        session_id,
+        result_type=str,
+        start_to_close_timeout=STORE_TIMEOUT,
+        retry_policy=STORE_RETRY,
+    )
+
+
 def end_session_processes(
-    req: EndProcessesInput, host_queue: str | None = None
+    req: EndProcessesInput, host_queue: str | None = None, local: bool = False
 ) -> Awaitable[EndProcessesOutput]:
-    """On the shared queue; with `host_queue`, on the host of the session's travelling
-    workspace, which also drops its copy."""
+    """On the shared queue (`local`: by the worker of the workflow task, any worker of that
+    queue as the shared queue's task would be); with `host_queue`, on the host of the
+    session's travelling workspace, which also drops its copy."""
+    if local:
+        return workflow.execute_local_activity(
+            Activities.END_SESSION_PROCESSES,
+            req,
+            result_type=EndProcessesOutput,
+            start_to_close_timeout=STORE_TIMEOUT,
+            retry_policy=STORE_RETRY,
+            summary="end the session's processes",
+        )
     return workflow.execute_activity(
         Activities.END_SESSION_PROCESSES,
         req,

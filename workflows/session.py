@@ -30,15 +30,14 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.state import MAX_PROMPT_CHARS, QueryResult
     from durable_agent.engine.tool_hooks import tool_hook_settings, with_sdk_hooks
     from durable_agent.mcp.contracts import CloseMcpInput, ConnectMcpInput, RefreshMcpToolsInput
-    from durable_agent.names import Activities, Queries, Signals, Updates, Workflows
+    from durable_agent.names import Queries, Signals, Updates, Workflows
     from workflows.activity_options import (
-        STORE_RETRY,
-        STORE_TIMEOUT,
         close_mcp,
         connect_mcp,
         end_session_processes,
         refresh_mcp,
         run_hooks,
+        transcript_location,
     )
     from workflows.query import QueryWorkflow
     from workflows.schedules import end_schedules, wait_idle
@@ -49,6 +48,10 @@ MID_TURN_PATCH = "mid-turn-prompts-v1"
 tool results (Claude Code's queued messages); before, it waited for the running one to end."""
 CANCEL_PATCH = "session-cancel-clean-up-v1"
 """A cancelled session releases what it holds on workers (processes, schedules, MCP)."""
+LOCAL_STEPS_PATCH = "session-local-steps-v1"
+"""The session's own short steps on the shared queue (where its transcript is, ending its
+processes) run as local activities, in the workflow task that needs them: two activity tasks
+and two workflow tasks fewer per session (bench/sessions_per_worker.py)."""
 
 MAX_QUEUED_PROMPTS = 20
 """Prompts a session holds while one runs; more is almost surely a runaway client."""
@@ -214,12 +217,8 @@ class SessionWorkflow:
 
     @workflow.run
     async def run(self, inp: SessionInput) -> SessionStatus:
-        self._transcript_path = await workflow.execute_activity(
-            Activities.TRANSCRIPT_LOCATION,
-            self._session_id,
-            result_type=str,
-            start_to_close_timeout=STORE_TIMEOUT,
-            retry_policy=STORE_RETRY,
+        self._transcript_path = await transcript_location(
+            self._session_id, local=workflow.patched(LOCAL_STEPS_PATCH)
         )
         state = self._state
         runs_here = 0
@@ -271,7 +270,9 @@ class SessionWorkflow:
             ending = EndProcessesInput(session_id=self._session_id)
             host = state.workspace.host_queue if state.workspace else None
             try:
-                await end_session_processes(ending, host)
+                await end_session_processes(
+                    ending, host, local=host is None and workflow.patched(LOCAL_STEPS_PATCH)
+                )
             except ActivityError as exc:  # its workspace's host is gone, and its processes
                 workflow.logger.warning("could not end the session's processes: %s", exc)
         await end_schedules(self._session_id, state)
