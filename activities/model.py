@@ -483,7 +483,10 @@ class ModelActivities:
                     "durable_agent.attempt": info.attempt,
                 }
             )
-            return await self._call(req, encoded, parent, track, span)
+            out = await self._call(req, encoded, parent, track, span)
+        if self.store.needs_sync(req.session_id):  # the new user entry, when no answer was
+            await off_loop(self.store.sync, req.session_id)  # stored after it (a withheld error)
+        return out
 
     def _prepare(self, req: CallModelInput) -> tuple[str | None, dict[str, Any], EncodedRequest]:
         """Store the new user entry, read the chain, build the request and keep the whole text
@@ -492,7 +495,10 @@ class ModelActivities:
         sid, tools = req.session_id, req.config.tools
         servers = server_tools(req.config.web_search, req.config.permissions)
         system = system_prompt(req.config, req.workspace, req.request.model)
-        parent, chain = chain_with_pending(self.store, sid, req.parent_uuid, req.new_user)
+        # The new user entry is made durable by the answer's append (one fsync, not two).
+        parent, chain = chain_with_pending(
+            self.store, sid, req.parent_uuid, req.new_user, defer_sync=True
+        )
         request = request_view(
             self.store,
             sid,

@@ -158,6 +158,10 @@ class TranscriptStore:
         # ends (`forget`): a worker serves sessions for weeks.
         self._cache: OrderedDict[Path, _Parsed] = OrderedDict()
         self._cache_lock = threading.Lock()
+        # Transcripts this process appended to without an fsync (`sync=False`): the next synced
+        # append or `sync` makes the line durable (one fsync covers every earlier write).
+        self._unsynced: set[Path] = set()
+        self._sync_lock = threading.Lock()
 
     def forget(self, session_id: str) -> None:
         """Drop what is cached of a session that ended (its sub-agents' transcripts too)."""
@@ -216,27 +220,67 @@ class TranscriptStore:
         return dict(parsed.entries)
 
     def append(
-        self, session_id: str, uuid: str, parent_uuid: str | None, message: Message, **extra: Any
+        self,
+        session_id: str,
+        uuid: str,
+        parent_uuid: str | None,
+        message: Message,
+        *,
+        sync: bool = True,
+        **extra: Any,
     ) -> TranscriptEntry:
-        """Append once: a second call with the same uuid returns the stored entry."""
+        """Append once: a second call with the same uuid returns the stored entry. With `sync`
+        False the line is written but not yet made durable: the caller's next synced append
+        or `sync` does (before anything depends on it outliving a crash of the machine)."""
         return self.append_entry(
             session_id,
             TranscriptEntry(
                 uuid=uuid, parentUuid=parent_uuid, type=message.role, message=message, **extra
             ),
+            sync=sync,
         )
 
-    def append_entry(self, session_id: str, entry: TranscriptEntry) -> TranscriptEntry:
+    def append_entry(
+        self, session_id: str, entry: TranscriptEntry, sync: bool = True
+    ) -> TranscriptEntry:
         with self._locked(session_id) as path:
             existing = self.entries(session_id).get(entry.uuid)
             if existing is not None:
+                if sync:  # an earlier attempt may have left it unsynced
+                    self._sync_path(path)
                 return existing
             entry = entry.model_copy(
                 update={"timestamp": datetime.now(UTC).isoformat(), "session_id": session_id}
             )
             line = (entry.model_dump_json(by_alias=True) + "\n").encode("utf-8")
-            self._append_line(path, line)
+            self._append_line(path, line, sync)
             return entry
+
+    def needs_sync(self, session_id: str) -> bool:
+        """Whether this process appended to the session's transcript without an fsync since."""
+        with self._sync_lock:
+            return self.transcript_path(session_id) in self._unsynced
+
+    def sync(self, session_id: str) -> None:
+        """Make every line appended to the session's transcript durable (blocking)."""
+        self._sync_path(self.transcript_path(session_id))
+
+    def _sync_path(self, path: Path) -> None:
+        with self._sync_lock:
+            if path not in self._unsynced:
+                return
+            # Cleared before the fsync: a write flagged after this is not taken as covered.
+            self._unsynced.discard(path)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            with self._sync_lock:
+                self._unsynced.add(path)
+            raise StoreError(f"could not sync {path}: {exc.strerror or exc}") from exc
 
     def fork(self, source: str, target: str, head: str | None) -> int:
         """A new session's transcript that starts as `source`'s chain up to `head` (`--fork-
@@ -246,8 +290,9 @@ class TranscriptStore:
             self.append_entry(target, entry)
         return len(chain)
 
-    def _append_line(self, path: Path, line: bytes) -> None:
-        """Append one whole line, durably, or leave the file as it was and raise StoreError.
+    def _append_line(self, path: Path, line: bytes, sync: bool = True) -> None:
+        """Append one whole line, durably (with `sync`; else flagged for the next sync), or
+        leave the file as it was and raise StoreError.
 
         Readers never see half an entry: a torn tail left by an earlier failure is cut off
         first, and a write that fails midway is truncated back."""
@@ -259,7 +304,13 @@ class TranscriptStore:
             size = _repair_tail(fd, path)
             try:
                 _write_all(fd, line)
-                os.fsync(fd)
+                if sync:
+                    with self._sync_lock:  # this fsync covers the unsynced writes before it
+                        self._unsynced.discard(path)
+                    os.fsync(fd)
+                else:
+                    with self._sync_lock:
+                        self._unsynced.add(path)
             except OSError as exc:
                 os.ftruncate(fd, size)
                 raise StoreError(f"could not append to {path}: {exc.strerror or exc}") from exc
@@ -518,25 +569,36 @@ def user_message(store: TranscriptStore, session_id: str, pending: PendingUser) 
 
 
 def append_pending(
-    store: TranscriptStore, session_id: str, pending: PendingUser
+    store: TranscriptStore, session_id: str, pending: PendingUser, defer_sync: bool = False
 ) -> TranscriptEntry:
-    """Store the user entry (once), then let go of the result records it took."""
-    entry = store.append(
-        session_id, pending.uuid, pending.parent_uuid, user_message(store, session_id, pending)
-    )
+    """Store the user entry (once), then let go of the result records it took. `defer_sync`:
+    when it took none (everything it holds is in the caller's input, so a retry writes it
+    again), the caller makes it durable later (the model step, with its answer's append)."""
     stored = [(ref.tool_use_id, ref.run_id) for ref in pending.results if ref.inline is None]
+    entry = store.append(
+        session_id,
+        pending.uuid,
+        pending.parent_uuid,
+        user_message(store, session_id, pending),
+        sync=not (defer_sync and not stored),  # a record goes only once the entry is durable
+    )
     if stored:
         store.take_tool_results(session_id, stored)
     return entry
 
 
 def chain_with_pending(
-    store: TranscriptStore, session_id: str, parent_uuid: str | None, pending: PendingUser | None
+    store: TranscriptStore,
+    session_id: str,
+    parent_uuid: str | None,
+    pending: PendingUser | None,
+    defer_sync: bool = False,
 ) -> tuple[str | None, list[TranscriptEntry]]:
-    """Store the pending user entry, if there is one, then read the conversation since the last
-    compact boundary: the entry the store goes on from, and that chain (blocking)."""
+    """Store the pending user entry, if there is one (`defer_sync`: see append_pending), then
+    read the conversation since the last compact boundary: the entry the store goes on from,
+    and that chain (blocking)."""
     if pending is not None:
-        parent_uuid = append_pending(store, session_id, pending).uuid
+        parent_uuid = append_pending(store, session_id, pending, defer_sync).uuid
     return parent_uuid, store.chain(session_id, parent_uuid, since_boundary=True)
 
 

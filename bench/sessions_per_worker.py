@@ -48,7 +48,7 @@ from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn  # noq
 from tests.helpers import free_port, start_session, start_worker_logged, worker_env  # noqa: E402
 
 READS = 4
-CLI_CONFIG = {"settings": {}}
+CLI_CONFIG: dict[str, object] = {"settings": {}}
 """As the CLI starts a session: with its settings snapshot (here: no settings files), from which
 the workflow knows there are no Stop hooks to run."""
 FILE = "notes.txt"

@@ -215,7 +215,10 @@ class PostgresStore(TranscriptStore):
                 seen.seq = seq
             return dict(seen.entries)
 
-    def append_entry(self, session_id: str, entry: TranscriptEntry) -> TranscriptEntry:
+    def append_entry(
+        self, session_id: str, entry: TranscriptEntry, sync: bool = True
+    ) -> TranscriptEntry:
+        """Each append is its own committed transaction: durable whatever `sync` says."""
         from datetime import UTC, datetime
 
         with self.db.transaction() as cur:
