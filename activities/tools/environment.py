@@ -186,13 +186,14 @@ def kill_tagged(tag: str | tuple[str, ...], prefix: bool = False) -> int:
     """SIGKILL every process an execution started (a lost attempt's leftovers, or with `prefix`
     all of a session's); how many."""
     killed: set[int] = set()
-    for _ in range(KILL_SCANS):
+    for scan in range(KILL_SCANS):
         # Scanned more than once: a process in the middle of exec shows an empty environment
         # for a moment, and one may fork a child just before it is killed.
+        if scan:
+            time.sleep(KILL_RESCAN_SECONDS)  # between scans, not after the last
         pids = [p for p in tagged_processes(tag, prefix) if p != os.getpid() and p not in killed]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         killed.update(pids)
-        time.sleep(KILL_RESCAN_SECONDS)
     return len(killed)
