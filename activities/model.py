@@ -24,6 +24,7 @@ from anthropic.lib._parse._response import ResponseFormatT
 from anthropic.lib.streaming import AsyncMessageStreamManager
 from anthropic.types import RawMessageStreamEvent
 from anthropic.types.parsed_message import ParsedMessage
+from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic import ValidationError
 from temporalio import activity
@@ -112,10 +113,12 @@ def default_client(opts: ClientOptions) -> anthropic.AsyncAnthropic:
 
 @dataclass(frozen=True)
 class EncodedRequest:
-    """A request's body as the SDK's `messages.stream(**request)` would send it, encoded off
-    the event loop, and its extra headers."""
+    """A request (build_request's), with its body as the SDK's `messages.stream(**request)`
+    would send it, encoded off the event loop, and its headers; no body when the SDK's own
+    spans record (they read the request's fields): then the SDK's helper sends it."""
 
-    body: bytes
+    params: dict[str, Any]
+    body: bytes | None
     headers: dict[str, str]
 
 
@@ -127,22 +130,36 @@ STREAM_HELPER_HEADERS = {
 """What the SDK's stream helper adds to each request (its own helper's headers)."""
 
 
-def encode_request(request: dict[str, Any]) -> EncodedRequest:
-    """`request` (build_request's) as the bytes `messages.stream(**request)` sends: its fields,
-    `stream`, then `extra_body` over them, in the SDK's JSON encoding (compact, UTF-8, no NaN)."""
+def sdk_spans() -> bool:
+    """Whether the SDK's own spans of a call would record (and send a `traceparent`): an
+    OpenTelemetry tracer provider is installed (DURABLE_AGENT_OTEL, or the process's own)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def encode_request(request: dict[str, Any], spans: bool | None = None) -> EncodedRequest:
+    """`request` (build_request's) with the bytes `messages.stream(**request)` sends: its
+    fields, `stream`, then `extra_body` over them, in the SDK's JSON encoding (compact, UTF-8,
+    no NaN); not encoded while the SDK's spans record (`spans`, default: `sdk_spans()`)."""
+    headers = {**STREAM_HELPER_HEADERS, **request.get("extra_headers", {})}
+    if sdk_spans() if spans is None else spans:
+        return EncodedRequest(params=request, body=None, headers=headers)
     fields = {k: v for k, v in request.items() if k not in ("extra_headers", "extra_body")}
     body = {**fields, "stream": True, **request.get("extra_body", {})}
     return EncodedRequest(
+        params=request,
         body=json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(),
-        headers={**STREAM_HELPER_HEADERS, **request.get("extra_headers", {})},
+        headers=headers,
     )
 
 
 def stream_encoded(
     client: anthropic.AsyncAnthropic, request: EncodedRequest
-) -> AsyncMessageStreamManager[None]:
-    """`client.messages.stream(**request)` for a body encoded beforehand: the SDK neither deep-
-    copies nor encodes the 20-200 KB of it again on the event loop (~1 ms a call)."""
+) -> AsyncMessageStreamManager[Any]:
+    """`client.messages.stream(**request)`; for a body encoded beforehand, the same request sent
+    as those bytes: the SDK neither deep-copies nor encodes the 20-200 KB of it again on the
+    event loop (~1 ms a call)."""
+    if request.body is None:
+        return client.messages.stream(**request.params)
     return AsyncMessageStreamManager(
         client.post(
             "/v1/messages",
@@ -484,8 +501,12 @@ class ModelActivities:
                 }
             )
             out = await self._call(req, encoded, parent, track, span)
-        if self.store.needs_sync(req.session_id):  # the new user entry, when no answer was
-            await off_loop(self.store.sync, req.session_id)  # stored after it (a withheld error)
+        if out.withheld is not None and req.new_user is not None:
+            # No answer was stored after the new user entry: sync it here, whoever wrote it
+            # (an earlier attempt, on this worker or another one sharing the directory).
+            await off_loop(self.store.sync, req.session_id, force=True)
+        elif self.store.needs_sync(req.session_id):
+            await off_loop(self.store.sync, req.session_id)
         return out
 
     def _prepare(self, req: CallModelInput) -> tuple[str | None, dict[str, Any], EncodedRequest]:

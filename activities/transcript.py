@@ -246,8 +246,8 @@ class TranscriptStore:
         with self._locked(session_id) as path:
             existing = self.entries(session_id).get(entry.uuid)
             if existing is not None:
-                if sync:  # an earlier attempt may have left it unsynced
-                    self._sync_path(path)
+                if sync:  # an earlier attempt (maybe another process's) may have left it
+                    self._sync_path(path, force=True)  # unsynced: rare, so always synced
                 return existing
             entry = entry.model_copy(
                 update={"timestamp": datetime.now(UTC).isoformat(), "session_id": session_id}
@@ -261,13 +261,14 @@ class TranscriptStore:
         with self._sync_lock:
             return self.transcript_path(session_id) in self._unsynced
 
-    def sync(self, session_id: str) -> None:
-        """Make every line appended to the session's transcript durable (blocking)."""
-        self._sync_path(self.transcript_path(session_id))
+    def sync(self, session_id: str, force: bool = False) -> None:
+        """Make every line appended to the session's transcript durable (blocking): those this
+        process appended unsynced, or with `force` whatever any process wrote."""
+        self._sync_path(self.transcript_path(session_id), force)
 
-    def _sync_path(self, path: Path) -> None:
+    def _sync_path(self, path: Path, force: bool = False) -> None:
         with self._sync_lock:
-            if path not in self._unsynced:
+            if path not in self._unsynced and not (force and path.exists()):
                 return
             # Cleared before the fsync: a write flagged after this is not taken as covered.
             self._unsynced.discard(path)
@@ -304,14 +305,17 @@ class TranscriptStore:
             size = _repair_tail(fd, path)
             try:
                 _write_all(fd, line)
-                if sync:
-                    with self._sync_lock:  # this fsync covers the unsynced writes before it
+                with self._sync_lock:  # a sync covers the unsynced writes before it
+                    if sync:
                         self._unsynced.discard(path)
+                    else:
+                        self._unsynced.add(path)
+                if sync:
                     os.fsync(fd)
-                else:
+            except OSError as exc:
+                if sync:  # what was written before is no more durable than it was
                     with self._sync_lock:
                         self._unsynced.add(path)
-            except OSError as exc:
                 os.ftruncate(fd, size)
                 raise StoreError(f"could not append to {path}: {exc.strerror or exc}") from exc
         except OSError as exc:  # the repair or the truncate-back itself failed

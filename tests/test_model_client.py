@@ -120,11 +120,12 @@ async def test_an_encoded_request_goes_out_as_the_sdks_stream_helper_sends_it():
         )
         for manager in (
             client.messages.stream(**request),
-            model.stream_encoded(client, model.encode_request(request)),
+            model.stream_encoded(client, model.encode_request(request, spans=False)),
         ):
             async with manager as stream:
                 assert (await stream.get_final_message()).stop_reason == "end_turn"
         await client.close()
+    assert model.encode_request(request, spans=False).body is not None
     sdk, ours = bodies
     assert json.loads(ours) == json.loads(sdk)
     assert len(ours) == len(sdk)  # the same encoding: compact, UTF-8
@@ -134,3 +135,43 @@ async def test_an_encoded_request_goes_out_as_the_sdks_stream_helper_sends_it():
     assert second == first
     assert first["anthropic-beta"] == "task-budgets-2026-03-13"
     assert first["x-stainless-helper-method"] == "stream"
+
+
+SPANS = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import activities.model as model
+from durable_agent.replay import ReplayServer, text_turn
+
+REQUEST = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
+
+async def main():
+    seen = {"encoded_without_provider": model.encode_request(REQUEST).body is not None}
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    encoded = model.encode_request(REQUEST)
+    seen["encoded_with_provider"] = encoded.body is not None
+    with ReplayServer([text_turn("hi")]) as server:
+        client = model.default_client(model.ClientOptions(api_key="k", base_url=server.base_url))
+        async with model.stream_encoded(client, encoded) as stream:
+            await stream.get_final_message()
+        await client.close()
+    seen["traceparent"] = "traceparent" in server.headers[0]
+    seen["spans"] = [s.name for s in exporter.get_finished_spans()]
+    return seen
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_with_a_tracer_provider_the_sdks_own_span_and_traceparent_are_kept():
+    """The SDK's call span reads the request's fields, so while spans record, the request goes
+    through the SDK's own helper (encoded by it); without a provider, it is encoded beforehand."""
+    seen = json.loads(probe(SPANS))
+    assert seen["encoded_without_provider"] and not seen["encoded_with_provider"]
+    assert seen["traceparent"] and "anthropic.messages.create" in seen["spans"]

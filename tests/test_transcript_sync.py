@@ -114,3 +114,30 @@ def test_a_user_entry_that_takes_result_records_is_synced_before_they_go(
     append_pending(store, "s", pending, defer_sync=True)
     assert synced_before_taking == [True]
     assert store.get_tool_result("s", "t1", "r") is None  # the record went
+
+
+def test_an_entry_another_process_left_unsynced_is_synced_by_a_synced_append_of_it(
+    store: TranscriptStore, fsyncs
+):
+    """Two workers sharing a state dir: one's failed model step wrote the entry unsynced; the
+    other's append_entry step (the workflow storing it after the failure) finds it there."""
+    other = TranscriptStore(store.root)
+    pending = PendingUser(uuid="u1", parent_uuid=None, prompt="hello")
+    append_pending(other, "s", pending, defer_sync=True)
+    assert fsyncs == []
+    append_pending(store, "s", pending)
+    assert len(fsyncs) == 1
+
+
+async def test_a_withheld_error_syncs_an_entry_another_process_wrote(
+    store: TranscriptStore, tmp_path, fsyncs
+):
+    other = TranscriptStore(store.root)
+    append_pending(other, "s", step(tmp_path).new_user, defer_sync=True)  # type: ignore[arg-type]
+    too_long = ErrorReply(
+        status=400, type="invalid_request_error", message="prompt is too long: 9 tokens > 8"
+    )
+    with ReplayServer([Turn(error=too_long)]) as server:
+        acts = ModelActivities(store, replay_client_factory(server))
+        out = await ActivityEnvironment().run(acts.call_model, step(tmp_path))
+    assert out.withheld is not None and len(fsyncs) == 1

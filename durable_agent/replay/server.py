@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -92,7 +93,17 @@ class ReplayServer(LoopbackServer):
         """time.monotonic() at which a client closed a stream the server was still sending (or
         pausing in)."""
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        """Accepted connections still open (kept for the next request): `stop` ends them."""
         super().__init__(port)
+
+    def stop(self) -> None:
+        super().stop()
+        with self._lock:
+            kept = list(self._connections)
+        for conn in kept:  # their handler threads see the end and finish
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
     def remaining(self) -> int:
         return len(self._turns) - len(self.requests) if isinstance(self._turns, list) else 0
@@ -134,6 +145,7 @@ class ReplayServer(LoopbackServer):
                 super().setup()
                 with server._lock:
                     server.open_connections += 1
+                    server._connections.add(self.connection)
 
             def finish(self) -> None:
                 try:
@@ -141,6 +153,7 @@ class ReplayServer(LoopbackServer):
                 finally:
                     with server._lock:
                         server.open_connections -= 1
+                        server._connections.discard(self.connection)
 
             def do_GET(self) -> None:
                 """`/_replay/state`: what the server saw, for a client in another process."""
