@@ -28,7 +28,6 @@ def _is_the_cli() -> bool:
 if _is_the_cli() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _while_starting)
 
-if _sys.dont_write_bytecode:
-    from durable_agent.bytecode import cache_bytecode_in_state_dir
+from durable_agent.bytecode import cache_bytecode_in_state_dir  # noqa: E402
 
-    cache_bytecode_in_state_dir()
+cache_bytecode_in_state_dir()

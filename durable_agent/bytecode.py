@@ -4,8 +4,9 @@ CLI may take to its first request). When the dependencies were not compiled at i
 (`uv sync --compile-bytecode`, `UV_COMPILE_BYTECODE=1` as infra/Dockerfile does), durable-agent
 keeps its bytecode in `$DURABLE_AGENT_HOME/pycache` (Python's own `sys.pycache_prefix`), not in
 the source tree or site-packages, which the variable is there to keep clean, or in
-PYTHONPYCACHEPREFIX when that is set. DURABLE_AGENT_BYTECODE_CACHE=0 turns it off. Imported
-first of all (durable_agent/__init__): only the standard library, nothing else."""
+PYTHONPYCACHEPREFIX when that is set. DURABLE_AGENT_BYTECODE_CACHE=0 turns it off. Under a
+file-size limit no bytecode is written at all (`_file_size_limited`). Imported first of all
+(durable_agent/__init__): only the standard library, nothing else."""
 
 from __future__ import annotations
 
@@ -30,7 +31,23 @@ def _compiled_at_install(package: str = "anthropic") -> bool:
     return all(Path(importlib.util.cache_from_source(str(p))).exists() for p in sources)
 
 
+def _file_size_limited() -> bool:
+    """A limit on file size (`ulimit -f`) can cut a .pyc short: Python writes one in a single
+    write() and renames it into place even when the write was partial, and a truncated .pyc
+    then fails every later import of its module ("marshal data too short")."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return False
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+
+
 def cache_bytecode_in_state_dir() -> None:
+    if _file_size_limited():
+        sys.dont_write_bytecode = True  # what it would write could break the next start
+        return
+    if not sys.dont_write_bytecode:  # Python keeps its own
+        return
     if os.environ.get("DURABLE_AGENT_BYTECODE_CACHE") == "0" or _compiled_at_install():
         return
     if sys.pycache_prefix:  # PYTHONPYCACHEPREFIX: the place the user keeps bytecode

@@ -31,9 +31,6 @@ async def test_the_cli_says_which_step_keeps_failing_and_why(own_server, tmp_pat
         env = process_env(
             tmp_path, own_server.address, api.base_url, task_queue,
             DURABLE_AGENT_IDLE_HINT_SECONDS="2",
-            # Under RLIMIT_FSIZE CPython writes a truncated .pyc without an error (a short
-            # write): the worker's own bytecode cache would be what breaks, not the store.
-            DURABLE_AGENT_BYTECODE_CACHE="0",
         )  # fmt: skip
         worker = WorkerProcess(env, tmp_path / "worker.log")
         worker.start(preexec_fn=_small_files)

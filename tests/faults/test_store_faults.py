@@ -47,7 +47,6 @@ async def test_a_write_cut_short_keeps_the_answer_and_calls_the_api_once(own_ser
     task_queue = f"store-{uuid.uuid4()}"
     with ReplayServer([text_turn(answer)]) as api:
         env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
-        env["DURABLE_AGENT_BYTECODE_CACHE"] = "0"  # see test_stall_shown.py
         home = tmp_path / "home"
         worker = WorkerProcess(env, tmp_path / "worker.log")
         worker.start(preexec_fn=_small_files)
