@@ -21,12 +21,14 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
+    EncodingPayloadConverter,
     ExternalStorage,
     StorageDriver,
     StorageDriverClaim,
@@ -37,6 +39,29 @@ from temporalio.converter import (
 from durable_agent.codec import EncryptionCodec, codec_from_env
 
 __all__ = ["EncryptionCodec", "FilesystemDriver", "codec_from_env", "data_converter"]
+
+
+class SharedPayloadConverter(PydanticPayloadConverter):
+    """Temporal's pydantic payload converter, whose parts (stateless but for a cache of type
+    adapters) are built once per process instead of at every construction. A worker's SDK
+    builds a data converter afresh several times for each workflow activation (one for each
+    serialization context: the workflow's, each activity command's, and with the store's
+    context), and each built a PydanticPayloadConverter it then discarded: a twelfth of a busy
+    worker's CPU (py-spy, bench/sessions_per_worker.py). Inside the workflow sandbox each
+    workflow still gets parts of its own: its type hints are its sandbox's classes, which a
+    shared cache would keep alive."""
+
+    _shared: ClassVar[Mapping[bytes, EncodingPayloadConverter] | None] = None
+
+    def __init__(self) -> None:
+        shared = SharedPayloadConverter._shared
+        if workflow.unsafe.in_sandbox():
+            super().__init__()
+        elif shared is None:
+            super().__init__()
+            SharedPayloadConverter._shared = self.converters
+        else:
+            self._set_converters(*shared.values())
 
 
 class FilesystemDriver(StorageDriver):
@@ -131,7 +156,11 @@ def data_converter(home: Path, env: Mapping[str, str] | None = None) -> DataConv
         StoreDriver(home, env) if store_url(env) else FilesystemDriver(home / "payloads")
     )
     storage = ExternalStorage(drivers=[driver])
-    converter = dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    converter = dataclasses.replace(
+        pydantic_data_converter,
+        payload_converter_class=SharedPayloadConverter,
+        external_storage=storage,
+    )
     codec = codec_from_env(os.environ if env is None else env)
     if codec is None:
         return converter
