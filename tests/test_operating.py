@@ -267,8 +267,8 @@ async def test_sigterm_during_a_long_tool_lets_it_finish(dev_env, tmp_path):
 
 
 async def test_an_idle_worker_gives_memory_back_once_per_idle_spell(monkeypatch):
-    """Busy, then idle: one full collection and one malloc_trim; nothing while busy, nothing
-    again while it stays idle."""
+    """Busy, then idle: the line cache cleared, one full collection and one malloc_trim;
+    nothing while busy, nothing again while it stays idle."""
     from durable_agent import operating
 
     calls: list[str] = []
@@ -278,6 +278,7 @@ async def test_an_idle_worker_gives_memory_back_once_per_idle_spell(monkeypatch)
         return 0
 
     monkeypatch.setattr("gc.collect", collect)
+    monkeypatch.setattr("linecache.clearcache", lambda: calls.append("lines"))
     monkeypatch.setattr(operating, "_malloc_trim", lambda: lambda: calls.append("trim"))
     releasing = asyncio.ensure_future(operating.release_memory_when_idle(0.2, 0.5))
     try:
@@ -289,9 +290,9 @@ async def test_an_idle_worker_gives_memory_back_once_per_idle_spell(monkeypatch)
             await asyncio.sleep(0)
         assert calls == []
         await asyncio.sleep(0.7)
-        assert calls == ["collect", "trim"]
+        assert calls == ["lines", "collect", "trim"]
         await asyncio.sleep(0.6)
-        assert calls == ["collect", "trim"]  # still idle: once
+        assert calls == ["lines", "collect", "trim"]  # still idle: once
     finally:
         releasing.cancel()
 
