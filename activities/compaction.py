@@ -191,6 +191,7 @@ class CompactionActivities:
         ]
 
     async def _summarise(self, messages: list[dict[str, Any]], req: CompactInput) -> str:
+        track = _track()  # the earlier attempts' failures, as the model call keeps them
         for _ in range(MAX_SUMMARY_SHRINKS + 1):
             body = {
                 "model": req.request.model,
@@ -206,11 +207,11 @@ class CompactionActivities:
             if not body["system"]:  # `--system-prompt ""`: the API takes no empty system
                 del body["system"]
             try:
-                text = await self._stream_text(body, req.config.stream_idle_seconds)
+                text = await self._stream_text(body, req.config.stream_idle_seconds, track)
             except (
                 anthropic.APIError, httpx2.HTTPError, OSError, StreamIncomplete, MalformedResponse,
             ) as exc:  # fmt: skip
-                decision = self.model._decide(exc, _compact_call(req), _track())
+                decision = self.model._decide(exc, _compact_call(req), track)
                 if decision.kind == ErrorKind.PROMPT_TOO_LONG:
                     messages = drop_oldest(messages)
                     if messages:
@@ -219,6 +220,7 @@ class CompactionActivities:
                         "the conversation is too long to summarise", type="PromptTooLong",
                         non_retryable=True,
                     ) from exc  # fmt: skip
+                self.model.after_failure(decision)
                 raise ApplicationError(
                     f"summary failed: {decision.message}", type=decision.error_type,
                     non_retryable=not decision.retryable,
@@ -231,11 +233,12 @@ class CompactionActivities:
             "the conversation is too long to summarise", type="PromptTooLong", non_retryable=True
         )
 
-    async def _stream_text(self, body: dict[str, Any], idle: float) -> str:
+    async def _stream_text(self, body: dict[str, Any], idle: float, track: RetryTrack) -> str:
         """The summary, read like any model answer (bounded idle time, unreadable answers named),
-        heartbeating meanwhile so that an interrupt or a dead worker is noticed."""
-        async with heartbeating():
-            client = await self.model.client()
+        heartbeating meanwhile (with the attempt's track) so that an interrupt or a dead worker
+        is noticed."""
+        async with heartbeating(track.model_dump(mode="json")):
+            client = await self.model.client_after(track)
             final = await read_stream(client.messages.stream(**body), idle)
         return "".join(b.text for b in final.content if b.type == "text")
 

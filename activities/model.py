@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import platform
 import random
+import ssl
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -101,11 +104,21 @@ class ClientOptions:
 ClientFactory = Callable[[ClientOptions], anthropic.AsyncAnthropic]
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS settings the SDK's HTTP client builds for itself (certificates loaded, SSL_CERT_FILE
+    honoured), built once: 20-30 ms of CPU a client, and a worker has several (CLIENT_SHARDS)."""
+    return httpx2.create_ssl_context()
+
+
 def default_client(opts: ClientOptions) -> anthropic.AsyncAnthropic:
     """The SDK's client (ANTHROPIC_BASE_URL honoured); retries belong to Temporal."""
-    http = None
-    if not opts.keepalive:
-        http = anthropic.DefaultAsyncHttpxClient(limits=httpx2.Limits(max_keepalive_connections=0))
+    if opts.keepalive:
+        http = anthropic.DefaultAsyncHttpxClient(verify=_tls_context())
+    else:
+        http = anthropic.DefaultAsyncHttpxClient(
+            verify=_tls_context(), limits=httpx2.Limits(max_keepalive_connections=0)
+        )
     return anthropic.AsyncAnthropic(
         api_key=opts.api_key, base_url=opts.base_url, max_retries=0, http_client=http
     )
@@ -417,6 +430,19 @@ def to_application_error(decision: ErrorDecision) -> ApplicationError:
     )
 
 
+CLIENT_SHARDS = 32
+"""A worker's model calls go through up to CLIENT_SHARDS clients, a session's always the same
+one (by a hash of its id): each client has a connection pool of its own, and the SDK's pool
+checks every idle connection it holds (a poll() and a getpeername() each) whenever a request
+starts or ends, so with one pool each call cost O(calls in flight): a ninth of a busy worker's
+CPU at 50 concurrent calls (py-spy, bench/sessions_per_worker.py), five times the checks of
+eight pools. Clients share one TLS context (`_tls_context`): a client is cheap to build."""
+
+
+def client_shard(session_id: str) -> int:
+    return zlib.crc32(session_id.encode()) % CLIENT_SHARDS
+
+
 class ModelActivities:
     """The model activity; receives the store, a client factory, credentials and (optionally)
     the Temporal client it uses to tell its workflow about retries."""
@@ -434,7 +460,8 @@ class ModelActivities:
         self.credentials = credentials or Credentials()
         self.temporal = temporal
         self.jitter = jitter
-        self._client: anthropic.AsyncAnthropic | None = None
+        self._clients: dict[int, anthropic.AsyncAnthropic] = {}
+        """The clients built, by shard (CLIENT_SHARDS); all dropped to refresh the key."""
         self._client_lock = asyncio.Lock()
         """One key look-up at a time: concurrent calls share the client one of them built."""
         self._keepalive = True
@@ -444,16 +471,35 @@ class ModelActivities:
         self._described: dict[tuple[str, str], ToolCall] = {}
         """Tool calls described for the early signal, reused for the answer (a few at most)."""
 
-    async def client(self, refresh_key: bool = False) -> anthropic.AsyncAnthropic:
-        """The client, built off the event loop with the current key (settings read,
-        `apiKeyHelper` run) when there is none yet or the key must be refreshed."""
+    async def client(self, refresh_key: bool = False, shard: int = 0) -> anthropic.AsyncAnthropic:
+        """The client (of `shard`, see CLIENT_SHARDS), built off the event loop with the
+        current key (settings read, `apiKeyHelper` run) when there is none yet or the key must
+        be refreshed (which drops every shard's)."""
         async with self._client_lock:
-            if self._client is None or refresh_key:
+            if refresh_key:
+                self._clients.clear()
+            client = self._clients.get(shard)
+            if client is None:
                 key = await off_loop(self.credentials.api_key, refresh=refresh_key)
                 # Off the loop too: the client loads its TLS certificates (tens of ms).
                 options = ClientOptions(api_key=key, keepalive=self._keepalive)
-                self._client = await off_loop(self.client_factory, options)
-            return self._client
+                client = self._clients[shard] = await off_loop(self.client_factory, options)
+            return client
+
+    async def client_after(self, track: RetryTrack, shard: int = 0) -> anthropic.AsyncAnthropic:
+        """The client for an attempt that follows `track`'s failures: with the key refreshed
+        when one of them asked for it and no call has rebuilt the clients since."""
+        refresh = track.credential_refreshes > 0 and not self._clients
+        return await self.client(refresh_key=refresh, shard=shard)
+
+    def after_failure(self, decision: ErrorDecision) -> None:
+        """What a failed attempt leaves for the next: its track (the next attempt's heartbeat
+        details), and no clients when the failure asks for new ones (a refreshed key, or no
+        kept connections after a reset)."""
+        activity.heartbeat(decision.track.model_dump(mode="json"))
+        if decision.action in (Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT):
+            self._keepalive = self._keepalive and decision.action != Action.REBUILD_CLIENT
+            self._clients.clear()
 
     async def prewarm(self) -> None:
         """Build the client and import what a first streamed call imports (httpx's transport,
@@ -581,10 +627,7 @@ class ModelActivities:
             span.set_attribute("error.type", decision.error_type)
             if decision.kind.value in WITHHELD_KINDS:
                 return _withheld(req, decision)
-            activity.heartbeat(decision.track.model_dump(mode="json"))
-            if decision.action in (Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT):
-                self._keepalive = self._keepalive and decision.action != Action.REBUILD_CLIENT
-                self._client = None
+            self.after_failure(decision)
             if decision.retryable:
                 await self._notify(RetryNotice(
                     attempt=info.attempt, error_type=decision.error_type,
@@ -733,7 +776,6 @@ class ModelActivities:
         in_step: dict[str, asyncio.Task[RunToolOutput]],
     ) -> anthropic.types.Message:
         details = track.model_dump(mode="json")  # the attempt's own: its beats repeat them
-        refresh = track.credential_refreshes > 0 and self._client is None
         early = req.config.eager_tools != EagerTools.NONE
         idle = req.config.stream_idle_seconds
 
@@ -751,7 +793,7 @@ class ModelActivities:
                     await self._tool_ready(req, block)
 
         async with heartbeating(details):
-            client = await self.client(refresh_key=refresh)
+            client = await self.client_after(track, client_shard(req.session_id))
             body = stream_encoded(client, request)
             try:
                 return await read_stream(body, idle, on_event)

@@ -8,6 +8,7 @@ write shows up as a gap of at least SLOW seconds between its ticks."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import activities.transcript as transcript_module
@@ -36,7 +38,7 @@ from durable_agent.engine.contracts import (
 from durable_agent.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from durable_agent.engine.request import ModelRequest
 from durable_agent.engine.state import ModelCallConfig, PendingUser, ToolResultRef
-from durable_agent.replay import ReplayServer, text_turn
+from durable_agent.replay import ErrorReply, ReplayServer, Turn, text_turn
 from tests.helpers import replay_client_factory
 
 SLOW = 0.5
@@ -250,3 +252,58 @@ async def test_a_cancelled_step_ends_before_the_cancellation_propagates() -> Non
     with pytest.raises(asyncio.CancelledError):
         await task
     assert finished.is_set()
+
+
+def _compact_request(store: TranscriptStore, tmp_path: Path) -> CompactInput:
+    store.append("s", "u0", None, Message(role="user", content=[TextBlock(text="run it")]))
+    store.append("s", "a0", "u0", Message(role="assistant", content=[TextBlock(text="ran")]))
+    return CompactInput(
+        session_id="s", parent_uuid="a0", pending=None, config=ModelCallConfig(),
+        workspace=str(tmp_path), microcompact_keep=10, request=REQUEST, boundary_uuid="b",
+        summary_uuid="sum", trigger="auto", pre_tokens=10_000,
+    )  # fmt: skip
+
+
+async def test_a_failed_summary_leaves_its_track_and_asks_for_new_clients_as_a_model_call_does(
+    store: TranscriptStore, tmp_path: Path
+) -> None:
+    """An overloaded answer is counted for the next attempt (its heartbeat details, as the model
+    call's: a fourth in a row falls back or fails); refused credentials drop the clients, and
+    the next attempt builds one with the key refreshed."""
+    req = _compact_request(store, tmp_path)
+    turns = [
+        Turn(error=ErrorReply(status=529, type="overloaded_error")),
+        Turn(error=ErrorReply(status=401, type="authentication_error")),
+        text_turn("<summary>ran it</summary>"),
+    ]
+    with ReplayServer(turns) as server:
+        refreshed: list[bool] = []
+        factory = replay_client_factory(server)
+        credentials = Credentials()
+        key = credentials.api_key
+
+        def api_key(refresh: bool = False) -> str | None:
+            refreshed.append(refresh)
+            return key(refresh=refresh)
+
+        credentials.api_key = api_key  # type: ignore[method-assign]
+        model = ModelActivities(store, factory, credentials=credentials)
+        compaction = CompactionActivities(model)
+        beats: list[Any] = []
+        env = ActivityEnvironment()
+        env.on_heartbeat = lambda *details: beats.append(details)
+        with pytest.raises(ApplicationError):
+            await env.run(compaction.autocompact, req)
+        assert beats[-1][0]["consecutive_529"] == 1
+        assert refreshed == [False] and model._clients
+
+        env.info = dataclasses.replace(env.info, attempt=2, heartbeat_details=beats[-1])
+        with pytest.raises(ApplicationError):
+            await env.run(compaction.autocompact, req)
+        assert beats[-1][0] == {"consecutive_529": 0, "credential_refreshes": 1, "malformed": 0}
+        assert not model._clients  # the key is to be refreshed
+
+        env.info = dataclasses.replace(env.info, attempt=3, heartbeat_details=beats[-1])
+        out = await env.run(compaction.autocompact, req)
+        assert out.summary_uuid == "sum"
+        assert refreshed == [False, True]

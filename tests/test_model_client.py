@@ -1,7 +1,7 @@
 """What the model activity's client costs per call: a warm worker's first streamed call imports
 nothing more (the prewarm's module list is current), no call rebuilds the stream helper's
-pydantic model, and a request encoded off the event loop goes out as the SDK's stream helper
-sends it."""
+pydantic model, a request encoded off the event loop goes out as the SDK's stream helper
+sends it, and many calls in flight are spread over several clients."""
 
 from __future__ import annotations
 
@@ -175,3 +175,46 @@ def test_with_a_tracer_provider_the_sdks_own_span_and_traceparent_are_kept():
     seen = json.loads(probe(SPANS))
     assert seen["encoded_without_provider"] and not seen["encoded_with_provider"]
     assert seen["traceparent"] and "anthropic.messages.create" in seen["spans"]
+
+
+async def test_sessions_are_spread_over_clients_a_session_keeps_to_one(tmp_path):
+    """CLIENT_SHARDS: each client's connection pool checks all its idle connections at every
+    request, so a worker's sessions are spread over several; a session's calls keep to one."""
+    import asyncio
+
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.transcript import TranscriptStore
+    from durable_agent.engine.contracts import CallModelInput
+    from durable_agent.engine.state import ModelCallConfig, PendingUser
+    from tests.helpers import replay_client_factory
+    from tests.test_event_loop import REQUEST
+
+    sessions = [f"s{n}" for n in range(40)]
+    with ReplayServer([text_turn("hi")] * (3 + len(sessions)), strict=False) as server:
+        built: list[object] = []
+        factory = replay_client_factory(server)
+
+        def counting(opts: Any) -> Any:
+            built.append(opts)
+            return factory(opts)
+
+        acts = model.ModelActivities(TranscriptStore(tmp_path / "state"), counting)
+
+        def call(session: str, n: int) -> Any:
+            req = CallModelInput(
+                session_id=session, parent_uuid=None if n == 0 else f"a{n - 1}",
+                assistant_uuid=f"a{n}", config=ModelCallConfig(), workspace=str(tmp_path),
+                request=REQUEST, new_user=PendingUser(
+                    uuid=f"u{n}", parent_uuid=None if n == 0 else f"a{n - 1}", prompt="hello"
+                ),
+            )  # fmt: skip
+            return ActivityEnvironment().run(acts.call_model, req)
+
+        for n in range(3):  # one session's calls, one after another
+            assert (await call("one", n)).text == "hi"
+        assert len(built) == 1
+        outs = await asyncio.gather(*(call(session, 0) for session in sessions))
+        assert all(out.text == "hi" for out in outs)
+        shards = {model.client_shard(s) for s in sessions} - {model.client_shard("one")}
+        assert len(shards) > 10 and len(built) == 1 + len(shards), (len(built), len(shards))
