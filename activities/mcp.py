@@ -37,6 +37,8 @@ class McpActivities:
         """Each server's status and tools (servers already open for the session are reused)."""
         async with heartbeating():
             states = await self.connections.connect(req.session_id, req.servers, req.workspace)
+            if not req.keep:
+                await self.connections.close_session(req.session_id)
         return McpServersOutput(servers=states)
 
     @activity.defn(name=Activities.CALL_MCP_TOOL)

@@ -201,3 +201,56 @@ async def test_a_travelling_session_claims_a_host_and_checkpoints_each_batch(
     assert scheduled.count("claim_workspace_host") == 1
     assert scheduled.count("checkpoint_workspace") == 1
     store.db.close()
+
+
+async def test_a_travelling_sessions_mcp_connections_are_closed_on_its_host(
+    dev_env, tmp_path, pg_url, task_queue
+):
+    """Its MCP calls run on the workspace's host, which opens its own connections: the tools
+    are listed (then let go) wherever the session's step runs, and the session's end closes
+    the connections on the host, not on whichever worker takes the shared queue's task."""
+    import sysconfig
+
+    from durable_agent.workspace import snapshot, store_manifest
+    from tests.helpers import start_session
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    store = PostgresStore(tmp_path / "host-home", pg_url)
+    base = store_manifest(snapshot(ws, store.blobs()), store.blobs())
+    time_server = {
+        "name": "time",
+        "command": str(Path(sysconfig.get_path("scripts")) / "mcp-server-time"),
+        "args": ["--local-timezone", "UTC"],
+    }
+    call = ("t1", "mcp__time__get_current_time", {"timezone": "UTC"})
+    turns = [tool_turn([call]), text_turn("Done.")]
+    with ReplayServer(turns) as server:
+        worker = build_worker(dev_env.client, task_queue, store, replay_client_factory(server))
+        async with worker:
+            config = {"mcp_servers": [time_server]}
+            sid, handle = await start_session(
+                dev_env.client, ws, task_queue, checkpoint_id=base, config=config
+            )
+            status = await handle.result()
+    result = status.last_result
+    assert result is not None and result.workspace is not None, status
+    host = result.workspace.host_queue
+    assert host and host != task_queue
+    answered = server.requests[1]["messages"][-1]["content"][0]
+    assert not answered.get("is_error") and "UTC" in json.dumps(answered), answered
+    history = await handle.fetch_history()
+    queues, outcomes = {}, {}
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attrs = event.activity_task_scheduled_event_attributes
+            queues[event.event_id] = (attrs.activity_type.name, attrs.task_queue.name)
+        if event.HasField("activity_task_completed_event_attributes"):
+            attrs = event.activity_task_completed_event_attributes
+            data = attrs.result.payloads[0].data if attrs.result.payloads else b"{}"
+            outcomes[queues[attrs.scheduled_event_id][0]] = json.loads(data)
+    placed = dict(queues.values())
+    assert placed["connect_mcp_servers"] == task_queue
+    assert placed["close_mcp_session"] == host
+    assert outcomes["close_mcp_session"] == {"closed": 1}  # the one the host's call opened
+    store.db.close()

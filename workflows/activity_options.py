@@ -165,11 +165,17 @@ def connect_mcp(req: ConnectMcpInput) -> Awaitable[McpServersOutput]:
     )
 
 
-def refresh_mcp(req: RefreshMcpToolsInput) -> Awaitable[McpServersOutput]:
+def refresh_mcp(
+    req: RefreshMcpToolsInput, host_queue: str | None = None
+) -> Awaitable[McpServersOutput]:
+    """The changed tool lists, from the worker holding the connections: with a travelling
+    workspace, its host (where the session's MCP calls run)."""
     return workflow.execute_activity(
         Activities.REFRESH_MCP_TOOLS,
         req,
         result_type=McpServersOutput,
+        task_queue=host_queue,
+        schedule_to_start_timeout=_start_timeout(host_queue),
         start_to_close_timeout=timedelta(minutes=3),
         heartbeat_timeout=timedelta(seconds=30),
         retry_policy=MCP_RETRY,
@@ -177,11 +183,15 @@ def refresh_mcp(req: RefreshMcpToolsInput) -> Awaitable[McpServersOutput]:
     )
 
 
-def close_mcp(req: CloseMcpInput) -> Awaitable[CloseMcpOutput]:
+def close_mcp(req: CloseMcpInput, host_queue: str | None = None) -> Awaitable[CloseMcpOutput]:
+    """The session's connections closed where they are: with a travelling workspace, on its
+    host (where the session's MCP calls ran)."""
     return workflow.execute_activity(
         Activities.CLOSE_MCP_SESSION,
         req,
         result_type=CloseMcpOutput,
+        task_queue=host_queue,
+        schedule_to_start_timeout=_start_timeout(host_queue),
         start_to_close_timeout=timedelta(seconds=60),
         retry_policy=MCP_RETRY,
         summary="close the MCP connections",

@@ -49,6 +49,9 @@ tool results (Claude Code's queued messages); before, it waited for the running 
 CANCEL_PATCH = "session-cancel-clean-up-v1"
 """A cancelled session releases what it holds on workers (processes, schedules, MCP)."""
 LOCAL_STEPS_PATCH = "session-local-steps-v1"
+MCP_ON_HOST_PATCH = "mcp-on-host-v1"
+"""A travelling session's MCP connections: listed (then closed) wherever, refreshed and closed
+on its workspace's host, where its MCP calls run and open theirs."""
 """The session's own short steps on the shared queue (where its transcript is, ending its
 processes) run as local activities, in the workflow task that needs them: two activity tasks
 and two workflow tasks fewer per session (bench/sessions_per_worker.py)."""
@@ -278,9 +281,17 @@ class SessionWorkflow:
         await end_schedules(self._session_id, state)
         if self._config.mcp_servers and state.mcp is not None:
             try:  # this worker's connections (another worker's close with its process)
-                await close_mcp(CloseMcpInput(session_id=self._session_id))
+                await close_mcp(CloseMcpInput(session_id=self._session_id), self._mcp_host())
             except ActivityError as exc:
                 workflow.logger.warning("could not close the MCP connections: %s", exc)
+
+    def _mcp_host(self) -> str | None:
+        """Where the session's MCP connections are: on its travelling workspace's host (its
+        MCP calls run there), else on the worker that runs each step."""
+        workspace = self._state.workspace
+        if workspace is None or not workflow.patched(MCP_ON_HOST_PATCH):
+            return None
+        return workspace.host_queue
 
     async def _mcp_tools(self) -> None:
         """The MCP servers' tools for the next prompt: connected the first time (each server's
@@ -289,11 +300,13 @@ class SessionWorkflow:
         state, cfg = self._state, self._config
         try:
             if state.mcp is None:
+                travels = state.workspace is not None and workflow.patched(MCP_ON_HOST_PATCH)
                 out = await connect_mcp(
                     ConnectMcpInput(
                         session_id=self._session_id,
                         servers=cfg.mcp_servers,
                         workspace=cfg.workspace,
+                        keep=not travels,
                     )
                 )
                 state.mcp = out.servers
@@ -303,7 +316,8 @@ class SessionWorkflow:
                         session_id=self._session_id,
                         servers=cfg.mcp_servers,
                         workspace=cfg.workspace,
-                    )
+                    ),
+                    self._mcp_host(),
                 )
                 fresh = {s.name: s for s in out.servers}
                 state.mcp = [fresh.pop(s.name, s) for s in state.mcp] + list(fresh.values())

@@ -47,6 +47,9 @@ class ConnectMcpInput(BaseModel):
     servers: list[McpServerSpec]
     workspace: str
     """Where stdio servers start (their working directory)."""
+    keep: bool = True
+    """False: the connections are closed once listed (a travelling workspace's MCP calls run
+    on its host, which opens its own: connections kept here would outlive the session)."""
 
 
 class McpServersOutput(BaseModel):
