@@ -243,12 +243,12 @@ async def test_a_travelling_sessions_mcp_connections_are_closed_on_its_host(
     queues, outcomes = {}, {}
     for event in history.events:
         if event.HasField("activity_task_scheduled_event_attributes"):
-            attrs = event.activity_task_scheduled_event_attributes
-            queues[event.event_id] = (attrs.activity_type.name, attrs.task_queue.name)
+            sched = event.activity_task_scheduled_event_attributes
+            queues[event.event_id] = (sched.activity_type.name, sched.task_queue.name)
         if event.HasField("activity_task_completed_event_attributes"):
-            attrs = event.activity_task_completed_event_attributes
-            data = attrs.result.payloads[0].data if attrs.result.payloads else b"{}"
-            outcomes[queues[attrs.scheduled_event_id][0]] = json.loads(data)
+            done = event.activity_task_completed_event_attributes
+            data = done.result.payloads[0].data if done.result.payloads else b"{}"
+            outcomes[queues[done.scheduled_event_id][0]] = json.loads(data)
     placed = dict(queues.values())
     assert placed["connect_mcp_servers"] == task_queue
     assert placed["close_mcp_session"] == host
