@@ -4,8 +4,10 @@ Each turn is one model call to the replay server answered with a trivial `Read` 
 file, then the read; a final text turn ends the loop.
 
 - durable: the product worker (`build_worker`) runs one SessionWorkflow prompt of N Read turns.
-- floor: a bare workflow (defined here, default sandbox, its own task queue) runs N times a
-  no-op "model" activity then a no-op "tool" activity, then one more "model" activity.
+- floor: a bare workflow (defined here, its own task queue) runs N times a no-op "model"
+  activity then a no-op "tool" activity, then one more "model" activity; run by the product's
+  workflow runner (`workflow_runner()`: no sandbox by default, as the durable loop's).
+- floor-sdk: the same, run as a Temporal worker runs it by default (the SDK's sandbox).
 - asyncio: `anthropic.AsyncAnthropic` streams from the same kind of replay server and the
   product's Read (`run_read`) runs in-process; no Temporal.
 
@@ -50,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_agent.engine.state import DEFAULT_MODEL
     from durable_agent.engine.tools import ReadInput
     from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
+    from durable_agent.wiring import workflow_runner
     from tests.helpers import run_session
 
 FILE = "notes.txt"
@@ -136,11 +139,17 @@ class FloorWorkflow:
         return turns
 
 
-async def floor_ms(client: Client, turns: int) -> float:
+async def floor_ms(client: Client, turns: int, sdk_default: bool = False) -> float:
     acts = FloorActivities()
     queue = f"bench-floor-{uuid.uuid4()}"
+    # The durable loop's runner, whatever DURABLE_AGENT_SANDBOX says; or the SDK's default.
+    runner = {} if sdk_default else {"workflow_runner": workflow_runner()}
     async with Worker(
-        client, task_queue=queue, workflows=[FloorWorkflow], activities=[acts.model, acts.tool]
+        client,
+        task_queue=queue,
+        workflows=[FloorWorkflow],
+        activities=[acts.model, acts.tool],
+        **runner,  # type: ignore[arg-type]
     ):
         await client.execute_workflow(
             FloorWorkflow.run, turns, id=f"bench-floor-{uuid.uuid4()}", task_queue=queue
@@ -183,7 +192,18 @@ async def asyncio_ms(_client: Client, turns: int) -> float:
 # --- the run ------------------------------------------------------------------------------
 
 Measure = Callable[[Client, int], Awaitable[float]]
-LOOPS: dict[str, Measure] = {"durable": durable_ms, "floor": floor_ms, "asyncio": asyncio_ms}
+
+
+async def floor_sdk_ms(client: Client, turns: int) -> float:
+    return await floor_ms(client, turns, sdk_default=True)
+
+
+LOOPS: dict[str, Measure] = {
+    "durable": durable_ms,
+    "floor": floor_ms,
+    "floor-sdk": floor_sdk_ms,
+    "asyncio": asyncio_ms,
+}
 WARMUP_TURNS = 3
 
 
@@ -200,10 +220,11 @@ async def main(turns: int, repeats: int) -> None:
     where = "a thread of this process" if IN_PROCESS else "a process of its own"
     print(f"{turns} Read turns per run, median of {repeats} runs (ms per turn)")
     print(f"the fake API answers from {where}")
-    print(f"{'loop':<8}  {'ms/turn':>8}  {'min':>7}  {'max':>7}")
+    print(f"{'loop':<9}  {'ms/turn':>8}  {'min':>7}  {'max':>7}")
     for name, values in samples.items():
-        print(f"{name:<8}  {med[name]:>8.1f}  {min(values):>7.1f}  {max(values):>7.1f}")
+        print(f"{name:<9}  {med[name]:>8.1f}  {min(values):>7.1f}  {max(values):>7.1f}")
     print(f"durable/floor    {med['durable'] / med['floor']:>5.2f}")
+    print(f"durable/floor-sdk {med['durable'] / med['floor-sdk']:>4.2f}")
     print(f"durable/asyncio  {med['durable'] / med['asyncio']:>5.2f}")
     print(f"floor/asyncio    {med['floor'] / med['asyncio']:>5.2f}")
     print(f"(whole run {time.monotonic() - started:.0f} s)")

@@ -22,7 +22,13 @@ from temporalio.runtime import (
     TelemetryConfig,
     TelemetryFilter,
 )
-from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploymentConfig
+from temporalio.worker import (
+    PollerBehaviorSimpleMaximum,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkerDeploymentConfig,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.agents import AgentActivities
@@ -218,17 +224,30 @@ the sandbox around the workflow modules themselves (see WORKFLOW_MODULES)."""
 WORKFLOW_MODULES = ("workflows.query", "workflows.schedules", "workflows.session")
 """The modules that define the workflows. The sandbox imports each afresh for every workflow
 it starts (a session, each prompt's child, each wake-up): a fifth of a busy worker's CPU
-(bench/sessions_per_worker.py, 200 sessions: 50 -> 40 ms a turn). A worker passes them through
-too, as it does the helpers: they hold no mutable module state, and the sandbox still keeps
-each workflow's own state apart. What it no longer does at run time is stop a workflow that
-calls something non-deterministic (a clock, a file): `DURABLE_AGENT_SANDBOX=strict` keeps
-them in the sandbox, and the test suite runs that way (tests/conftest.py), as does the
-replay of the committed histories."""
+(bench/sessions_per_worker.py, 200 sessions: 50 -> 40 ms a turn). Under
+`DURABLE_AGENT_SANDBOX=passthrough` a worker passes them through too, as it does the helpers:
+they hold no mutable module state. A worker runs no sandbox by default (`workflow_runner`);
+`DURABLE_AGENT_SANDBOX=strict` keeps them in the sandbox, which then stops a workflow that calls
+something non-deterministic (a clock, a file), and the test suite runs that way
+(tests/conftest.py), as does the replay of the committed histories."""
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
+def workflow_runner() -> WorkflowRunner:
+    """The runner of a worker's workflows, by DURABLE_AGENT_SANDBOX: unset or `off`, none
+    (Temporal's UnsandboxedWorkflowRunner); `passthrough`, Temporal's sandbox with every
+    workflows/ module passed through; `strict` (or any other value), the sandbox around the
+    workflow modules. With the workflow modules passed through, the sandbox no longer checked
+    the workflows' own calls (their modules use the real `datetime`, `os`, ...), only its
+    restricted builtins, yet it ran code inside itself for every payload of every activation
+    (`get_serialization_context`) and around each activation: 25-30 % of a busy worker's CPU
+    (bench/sessions_per_worker.py, 200 sessions: 38-40 -> 26-30 ms a turn). Determinism is
+    checked where it can be checked whole: the test suite runs strict and the committed
+    histories replay under the full sandbox (tests/test_replay_histories.py)."""
+    mode = os.environ.get("DURABLE_AGENT_SANDBOX", "").strip().lower()
+    if mode in ("", "off"):
+        return UnsandboxedWorkflowRunner()
     passed: tuple[str, ...] = WORKFLOW_HELPERS
-    if os.environ.get("DURABLE_AGENT_SANDBOX", "").strip().lower() != "strict":
+    if mode == "passthrough":
         passed += WORKFLOW_MODULES
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*passed)

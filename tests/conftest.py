@@ -48,8 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if cache is not None and not hasattr(config, "workerinput"):
         os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache.mkdir("pycache")))
     # Workers the tests start keep the workflow modules in the sandbox, which stops a workflow
-    # that calls something non-deterministic (durable_agent/wiring.py: a worker passes them
-    # through otherwise; tests/test_sandbox_modes.py runs a session that way).
+    # that calls something non-deterministic (durable_agent/wiring.py: a worker runs without
+    # the sandbox otherwise; tests/test_sandbox_modes.py runs sessions that way).
     os.environ["DURABLE_AGENT_SANDBOX"] = "strict"
 
 

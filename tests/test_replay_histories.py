@@ -22,14 +22,17 @@ def test_histories_are_committed():
     assert len(HISTORIES) >= 10
 
 
-@pytest.mark.parametrize("runner", ["sandbox", "worker"])
+@pytest.mark.parametrize("runner", ["sandbox", "passthrough", "worker"])
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path, runner, monkeypatch):
-    """Under the SDK's full sandbox, and as a worker runs them (durable_agent/wiring.py: the
-    workflow modules passed through)."""
+    """Under the SDK's full sandbox, with the workflow modules passed through it, and as a
+    worker runs them by default (no sandbox; durable_agent/wiring.py `workflow_runner`)."""
     history = WorkflowHistory.from_json(path.stem.split(".")[0], json.loads(path.read_text()))
-    if runner == "worker":
-        monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
+    if runner != "sandbox":
+        if runner == "worker":
+            monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
+        else:
+            monkeypatch.setenv("DURABLE_AGENT_SANDBOX", runner)
         replayer = Replayer(
             workflows=WORKFLOWS,
             data_converter=pydantic_data_converter,

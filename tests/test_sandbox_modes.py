@@ -1,13 +1,17 @@
-"""The workflow sandbox's two modes (durable_agent/wiring.py): a worker passes the workflow
-modules through (imported once per process, not once per workflow); DURABLE_AGENT_SANDBOX=strict
-keeps them in the sandbox, which stops a workflow that calls something non-deterministic. The
-rest of the suite runs strict (tests/conftest.py); here a session runs as a worker runs it."""
+"""The workflow sandbox's modes (durable_agent/wiring.py): by default a worker runs its
+workflows without the sandbox; DURABLE_AGENT_SANDBOX=passthrough runs them in it with the
+workflow modules passed through (imported once per process, not once per workflow); `strict`
+keeps those modules in the sandbox, which stops a workflow that calls something
+non-deterministic. The rest of the suite runs strict (tests/conftest.py); here a session runs
+as a worker runs it, and with the modules passed through."""
 
 from __future__ import annotations
 
 import importlib.machinery
 
 import pytest
+from temporalio.worker import UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from durable_agent.wiring import WORKFLOW_MODULES, workflow_runner
@@ -19,20 +23,29 @@ def passed_through(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> set[str
         monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
     else:
         monkeypatch.setenv("DURABLE_AGENT_SANDBOX", mode)
-    return set(workflow_runner().restrictions.passthrough_modules)
+    runner = workflow_runner()
+    assert isinstance(runner, SandboxedWorkflowRunner)
+    return set(runner.restrictions.passthrough_modules)
 
 
-def test_a_worker_passes_the_workflow_modules_through_unless_strict(monkeypatch):
-    assert set(WORKFLOW_MODULES) <= passed_through(monkeypatch, None)
-    assert set(WORKFLOW_MODULES) <= passed_through(monkeypatch, "")
+def test_the_sandbox_is_off_unless_asked_and_strict_unless_passthrough(monkeypatch):
+    for mode in (None, "", " Off "):
+        if mode is None:
+            monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
+        else:
+            monkeypatch.setenv("DURABLE_AGENT_SANDBOX", mode)
+        assert isinstance(workflow_runner(), UnsandboxedWorkflowRunner), mode
+    assert set(WORKFLOW_MODULES) <= passed_through(monkeypatch, "passthrough")
+    assert set(WORKFLOW_MODULES) <= passed_through(monkeypatch, " PassThrough ")
     assert not set(WORKFLOW_MODULES) & passed_through(monkeypatch, "strict")
     assert not set(WORKFLOW_MODULES) & passed_through(monkeypatch, " Strict ")
+    assert not set(WORKFLOW_MODULES) & passed_through(monkeypatch, "stirct")  # a typo: strict
 
 
 async def test_a_session_runs_with_the_workflow_modules_passed_through(
     ts_env, store, workspace, task_queue, monkeypatch
 ):
-    monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
+    monkeypatch.setenv("DURABLE_AGENT_SANDBOX", "passthrough")
     (workspace / "notes.txt").write_text("the answer is 42\n")
     imported: list[str] = []
     real_exec = importlib.machinery.SourceFileLoader.exec_module
@@ -57,3 +70,18 @@ async def test_a_session_runs_with_the_workflow_modules_passed_through(
     assert status.last_result is not None and status.last_result.final_text == "it says 42"
     assert "the answer is 42" in str(results[0]["content"])
     assert not set(WORKFLOW_MODULES) & set(imported), imported
+
+
+async def test_a_session_runs_without_a_sandbox_by_default(
+    ts_env, store, workspace, task_queue, monkeypatch
+):
+    monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
+    assert isinstance(workflow_runner(), UnsandboxedWorkflowRunner)
+    (workspace / "notes.txt").write_text("the answer is 42\n")
+    script = [tool_turn([("r1", "Read", {"file_path": "notes.txt"})]), text_turn("it says 42")]
+    with ReplayServer(script) as server:
+        _, status = await run_session(
+            ts_env.client, server, store, workspace, "read notes.txt", task_queue
+        )
+    assert status.last_result is not None and status.last_result.final_text == "it says 42"
+    assert "the answer is 42" in str(server.requests[1]["messages"])
