@@ -462,8 +462,11 @@ class ModelActivities:
         self.jitter = jitter
         self._clients: dict[int, anthropic.AsyncAnthropic] = {}
         """The clients built, by shard (CLIENT_SHARDS); all dropped to refresh the key."""
-        self._client_lock = asyncio.Lock()
-        """One key look-up at a time: concurrent calls share the client one of them built."""
+        self._shard_locks: dict[int, asyncio.Lock] = {}
+        """One build per shard at a time: concurrent calls share the client one of them built,
+        and a shard being built holds up no other shard's calls."""
+        self._key_lock = asyncio.Lock()
+        """One key look-up at a time (an `apiKeyHelper` runs once, not once per shard)."""
         self._keepalive = True
         self._received: OrderedDict[tuple[str, str], anthropic.types.Message] = OrderedDict()
         """Answers streamed but not yet stored: a retry stores them without calling the API
@@ -475,13 +478,14 @@ class ModelActivities:
         """The client (of `shard`, see CLIENT_SHARDS), built off the event loop with the
         current key (settings read, `apiKeyHelper` run) when there is none yet or the key must
         be refreshed (which drops every shard's)."""
-        async with self._client_lock:
-            if refresh_key:
-                self._clients.clear()
+        if refresh_key:
+            self._clients.clear()
+        async with self._shard_locks.setdefault(shard, asyncio.Lock()):
             client = self._clients.get(shard)
-            if client is None:
-                key = await off_loop(self.credentials.api_key, refresh=refresh_key)
-                # Off the loop too: the client loads its TLS certificates (tens of ms).
+            if client is None or refresh_key:
+                async with self._key_lock:
+                    key = await off_loop(self.credentials.api_key, refresh=refresh_key)
+                # Off the loop too: a factory's client may load TLS certificates (tens of ms).
                 options = ClientOptions(api_key=key, keepalive=self._keepalive)
                 client = self._clients[shard] = await off_loop(self.client_factory, options)
             return client

@@ -14,7 +14,7 @@ from typing import Protocol
 import anthropic
 from temporalio.client import Client, WorkflowHandle
 
-from activities.model import ClientOptions, ModelActivities
+from activities.model import ClientOptions, ModelActivities, default_client
 from activities.transcript import TranscriptStore
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import HostedWorkspace, QueryConfig
@@ -31,9 +31,11 @@ class FakeApi(Protocol):
 
 
 def replay_client_factory(server: FakeApi):
+    """The product's client (`default_client`: one TLS context for all) against `server`."""
+
     def factory(opts: ClientOptions) -> anthropic.AsyncAnthropic:
-        return anthropic.AsyncAnthropic(
-            api_key=opts.api_key or "test-key", base_url=server.base_url, max_retries=0
+        return default_client(
+            ClientOptions(api_key=opts.api_key or "test-key", base_url=server.base_url)
         )
 
     return factory
