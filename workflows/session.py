@@ -49,12 +49,12 @@ tool results (Claude Code's queued messages); before, it waited for the running 
 CANCEL_PATCH = "session-cancel-clean-up-v1"
 """A cancelled session releases what it holds on workers (processes, schedules, MCP)."""
 LOCAL_STEPS_PATCH = "session-local-steps-v1"
-MCP_ON_HOST_PATCH = "mcp-on-host-v1"
-"""A travelling session's MCP connections: listed (then closed) wherever, refreshed and closed
-on its workspace's host, where its MCP calls run and open theirs."""
 """The session's own short steps on the shared queue (where its transcript is, ending its
 processes) run as local activities, in the workflow task that needs them: two activity tasks
 and two workflow tasks fewer per session (bench/sessions_per_worker.py)."""
+MCP_ON_HOST_PATCH = "mcp-on-host-v1"
+"""A travelling session's MCP connections: listed (then closed) wherever, refreshed and closed
+on its workspace's host, where its MCP calls run and open theirs."""
 
 MAX_QUEUED_PROMPTS = 20
 """Prompts a session holds while one runs; more is almost surely a runaway client."""
