@@ -10,25 +10,28 @@ file-size limit no bytecode is written at all (`_file_size_limited`). Imported f
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
-from pathlib import Path
 
-OUR_WITNESS = Path(__file__).resolve().parent.parent / "workflows" / "query.py"
+OUR_WITNESS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "workflows", "query.py"
+)
 """Our own workflow module: the sandbox imports it afresh for every workflow it starts (tens of
 ms from source, each time). durable-agent runs from its checkout (an editable install):
-`uv sync --compile-bytecode` compiles the dependencies, not it."""
+`uv sync --compile-bytecode` compiles the dependencies, not it. (os.path, not pathlib: this
+module is imported at every start, and most starts have nothing for it to do.)"""
 
 
 def _compiled_at_install(package: str = "anthropic") -> bool:
     """The heaviest dependency (the others are installed alike) and our own code have bytecode
     beside them."""
+    import importlib.util
+
     spec = importlib.util.find_spec(package)
-    sources = [OUR_WITNESS] if OUR_WITNESS.exists() else []
+    sources = [OUR_WITNESS] if os.path.exists(OUR_WITNESS) else []
     if spec is not None and spec.origin is not None:
-        sources.append(Path(spec.origin))
-    return all(Path(importlib.util.cache_from_source(str(p))).exists() for p in sources)
+        sources.append(spec.origin)
+    return all(os.path.exists(importlib.util.cache_from_source(p)) for p in sources)
 
 
 def _file_size_limited() -> bool:
