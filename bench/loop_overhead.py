@@ -38,6 +38,7 @@ from pathlib import Path
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 if __name__ == "__main__":  # the workflow sandbox re-runs this file as __temporal_main__
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -143,13 +144,13 @@ async def floor_ms(client: Client, turns: int, sdk_default: bool = False) -> flo
     acts = FloorActivities()
     queue = f"bench-floor-{uuid.uuid4()}"
     # The durable loop's runner, whatever DURABLE_AGENT_SANDBOX says; or the SDK's default.
-    runner = {} if sdk_default else {"workflow_runner": workflow_runner()}
+    runner = SandboxedWorkflowRunner() if sdk_default else workflow_runner()
     async with Worker(
         client,
         task_queue=queue,
         workflows=[FloorWorkflow],
         activities=[acts.model, acts.tool],
-        **runner,  # type: ignore[arg-type]
+        workflow_runner=runner,
     ):
         await client.execute_workflow(
             FloorWorkflow.run, turns, id=f"bench-floor-{uuid.uuid4()}", task_queue=queue
