@@ -91,15 +91,17 @@ async def largest_gap(work: Awaitable[Any]) -> tuple[Any, float]:
     return result, max(gaps)
 
 
-def call_input(tmp_path: Path) -> CallModelInput:
+def call_input(tmp_path: Path, session_id: str = "s", turn: int = 1) -> CallModelInput:
+    """The model step of `turn` (u<turn> then a<turn>, after a<turn - 1>)."""
+    parent = None if turn == 1 else f"a{turn - 1}"
     return CallModelInput(
-        session_id="s",
-        parent_uuid=None,
-        assistant_uuid="a1",
+        session_id=session_id,
+        parent_uuid=parent,
+        assistant_uuid=f"a{turn}",
         config=ModelCallConfig(),
         workspace=str(tmp_path),
         request=REQUEST,
-        new_user=PendingUser(uuid="u1", parent_uuid=None, prompt="hello"),
+        new_user=PendingUser(uuid=f"u{turn}", parent_uuid=parent, prompt="hello"),
     )
 
 

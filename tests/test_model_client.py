@@ -185,10 +185,8 @@ async def test_sessions_are_spread_over_clients_a_session_keeps_to_one(tmp_path)
     from temporalio.testing import ActivityEnvironment
 
     from activities.transcript import TranscriptStore
-    from durable_agent.engine.contracts import CallModelInput
-    from durable_agent.engine.state import ModelCallConfig, PendingUser
     from tests.helpers import replay_client_factory
-    from tests.test_event_loop import REQUEST
+    from tests.test_event_loop import call_input
 
     sessions = [f"s{n}" for n in range(40)]
     with ReplayServer([text_turn("hi")] * (3 + len(sessions)), strict=False) as server:
@@ -201,20 +199,14 @@ async def test_sessions_are_spread_over_clients_a_session_keeps_to_one(tmp_path)
 
         acts = model.ModelActivities(TranscriptStore(tmp_path / "state"), counting)
 
-        def call(session: str, n: int) -> Any:
-            req = CallModelInput(
-                session_id=session, parent_uuid=None if n == 0 else f"a{n - 1}",
-                assistant_uuid=f"a{n}", config=ModelCallConfig(), workspace=str(tmp_path),
-                request=REQUEST, new_user=PendingUser(
-                    uuid=f"u{n}", parent_uuid=None if n == 0 else f"a{n - 1}", prompt="hello"
-                ),
-            )  # fmt: skip
+        def call(session: str, turn: int) -> Any:
+            req = call_input(tmp_path, session, turn)
             return ActivityEnvironment().run(acts.call_model, req)
 
-        for n in range(3):  # one session's calls, one after another
-            assert (await call("one", n)).text == "hi"
+        for turn in (1, 2, 3):  # one session's calls, one after another
+            assert (await call("one", turn)).text == "hi"
         assert len(built) == 1
-        outs = await asyncio.gather(*(call(session, 0) for session in sessions))
+        outs = await asyncio.gather(*(call(session, 1) for session in sessions))
         assert all(out.text == "hi" for out in outs)
         shards = {model.client_shard(s) for s in sessions} - {model.client_shard("one")}
         assert len(shards) > 10 and len(built) == 1 + len(shards), (len(built), len(shards))
