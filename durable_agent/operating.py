@@ -214,8 +214,8 @@ async def release_memory_when_idle(
     """Once the worker falls idle after work (its sessions ended), give back what they used:
     the source lines of logged tracebacks dropped (`linecache`: 1.5 MB after 200 sessions
     with retries), a full collection frees their cycles (ended workflows' sandboxes are module
-    graphs), then glibc's malloc_trim returns the freed heap to the system. Without it RSS stays at its
-    high-water mark: 1.9× the idle size after 200 sessions (bench/sessions_per_worker.py).
+    graphs), then glibc's malloc_trim returns the freed heap to the system. Without it RSS stays
+    at its high-water mark: 1.9× the idle size after 200 sessions (bench/sessions_per_worker.py).
     Nothing runs while the worker is busy, and once per idle spell."""
     import gc
     import linecache

@@ -46,7 +46,7 @@ class SharedPayloadConverter(PydanticPayloadConverter):
     adapters) are built once per process instead of at every construction. A worker's SDK
     builds a data converter afresh several times for each workflow activation (one for each
     serialization context: the workflow's, each activity command's, and with the store's
-    context), and each built a PydanticPayloadConverter it then discarded: a twelfth of a busy
+    context), and each built a PydanticPayloadConverter it then discarded: 4-5 % of a busy
     worker's CPU (py-spy, bench/sessions_per_worker.py). Inside the workflow sandbox each
     workflow still gets parts of its own: its type hints are its sandbox's classes, which a
     shared cache would keep alive."""
