@@ -52,3 +52,35 @@ def test_state_dirs_starting_their_servers_at_once_each_get_their_own(tmp_path):
     finally:
         for home in homes:
             stop_dev_server(home)
+
+
+def test_a_port_another_test_process_claimed_is_not_given_again(monkeypatch):
+    """The xdist workers are processes of their own: a port one of them claimed for a test's
+    server (down for a restart, or not yet bound) is not handed to a server of another."""
+    import subprocess
+    import sys
+
+    from tests.faults import harness
+
+    offered = [harness.free_port(0), harness.free_port(0)]
+    holder = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "import sys; from tests.faults import harness;"
+            f" harness.free_port = lambda _: {offered[0]};"
+            " print(harness._claim_port(), flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert int(holder.stdout.readline()) == offered[0]
+        ports = iter(offered)
+        monkeypatch.setattr(harness, "free_port", lambda _: next(ports))
+        assert harness._claim_port() == offered[1]  # offered[0] was skipped
+    finally:
+        holder.kill()
+        holder.wait()
+    # the claim lasts as long as its process
+    monkeypatch.setattr(harness, "free_port", lambda _: offered[0])
+    assert harness._claim_port() == offered[0]

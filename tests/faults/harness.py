@@ -4,11 +4,13 @@ SQLite file, `python worker.py` processes, and checks on what a session left beh
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -29,21 +31,33 @@ class _ExitedAtStart(RuntimeError):
     pass
 
 
-_CLAIMED: set[int] = set()
+_CLAIMED: dict[int, int] = {}
+"""Ports this process claimed, each with the descriptor of its lock file (held open: the lock
+lasts as long as the process)."""
 _CLAIM_LOCK = threading.Lock()
+_CLAIM_DIR = Path(tempfile.gettempdir()) / "durable-agent-test-ports"
 
 
 def _claim_port() -> int:
-    """A free port no other DevServer of this process was given. A port is free to a second
-    server while its first is down for a restart, or before the first binds it: two runs that
-    share one would each take the other's server for their own (a restart's CLI then waits on
-    a server that is not there)."""
+    """A free port no other DevServer of this run was given, in this process or another (the
+    xdist workers): a lock file per port, held until the process exits. A port is free to a
+    second server while its first is down for a restart, or before the first binds it: two runs
+    that share one would each take the other's server for their own (a restart's CLI then waits
+    on a server that is not there)."""
     with _CLAIM_LOCK:
+        _CLAIM_DIR.mkdir(exist_ok=True)
         for _ in range(100):
             port = free_port(0)
-            if port not in _CLAIMED:
-                _CLAIMED.add(port)
-                return port
+            if port in _CLAIMED:
+                continue
+            fd = os.open(_CLAIM_DIR / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process's server has it
+                os.close(fd)
+                continue
+            _CLAIMED[port] = fd
+            return port
     raise RuntimeError("no unclaimed free port on 127.0.0.1")
 
 
@@ -95,7 +109,7 @@ class DevServer:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"dev server did not start in {timeout:g} s; see {log_path}")
             time.sleep(0.05)
-        _wait_healthy(self.address, deadline)
+        _wait_healthy(self.address, deadline, self.proc)
         if self.proc.poll() is not None:  # the port answered, but another process holds it
             tail = log_path.read_text(errors="replace")[-1500:]
             raise _ExitedAtStart(f"dev server exited ({self.proc.returncode}) at start:\n{tail}")
@@ -115,9 +129,11 @@ class DevServer:
         self.kill()
 
 
-def _wait_healthy(address: str, deadline: float) -> None:
+def _wait_healthy(address: str, deadline: float, proc: subprocess.Popen[bytes]) -> None:
     """The port opens before the frontend serves ("Frontend is not healthy yet"): connect once,
-    in a thread of its own (the caller may be inside an event loop)."""
+    in a thread of its own (the caller may be inside an event loop), until it answers, the
+    server exits (the caller reports that) or the deadline passes (an error naming the last
+    failure, rather than a test that goes on against a server that never served)."""
     from temporalio.client import Client
 
     def probe() -> None:
@@ -128,8 +144,10 @@ def _wait_healthy(address: str, deadline: float) -> None:
         thread = threading.Thread(target=_capture, args=(probe, errors))
         thread.start()
         thread.join()
-        if not errors or time.monotonic() > deadline:
+        if not errors or proc.poll() is not None:
             return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"dev server at {address} did not serve in time: {errors[-1]}")
         time.sleep(0.1)
 
 
