@@ -13,7 +13,10 @@ Temporal retries on another worker; a second SIGTERM stops at once), DEPLOYMENT 
 the hash of the code), MODEL_TASK_QUEUE (also serve the fleet's model queue: sessions started
 on the shared queue with the same variable set make their model calls there),
 MODEL_CALLS_PER_SECOND (the most model calls started per second on that queue, across the
-fleet, shared between tenants by their fairness keys) and MAX_CONCURRENT_MODEL_CALLS (here).
+fleet, shared between tenants by their fairness keys), MAX_CONCURRENT_MODEL_CALLS (here) and
+MCP_IDLE_SECONDS (1800: a session's MCP server connection no call has used for this long is
+closed, a stdio server ended, and opened again by the session's next call; 0 keeps it until
+the session ends).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class WorkerSettings(BaseModel):
     model_task_queue: str | None = None
     model_calls_per_second: float | None = Field(None, gt=0)
     max_concurrent_model_calls: int | None = Field(None, ge=1)
+    mcp_idle_seconds: float = Field(1800.0, ge=0)
+    """A session's MCP connection unused this long is closed (its next call reopens it)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> WorkerSettings:

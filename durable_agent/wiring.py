@@ -95,7 +95,8 @@ def build_worker(
     if store.shared:
         hosts = WorkspaceHosts(store, host_queue_of(task_queue))
     # WebFetch asks the model's client; the cron tools make Temporal client calls.
-    mcp = McpConnections()  # the MCP servers' connections of the sessions served here
+    # the MCP servers' connections of the sessions served here
+    mcp = McpConnections(idle_seconds=settings.mcp_idle_seconds)
     tools = ToolActivities(store, hosts, model.client, temporal=client, mcp=mcp)
     servers = McpActivities(mcp)
     stores = StoreActivities(store)

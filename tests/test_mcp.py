@@ -313,6 +313,47 @@ async def test_a_slow_call_times_out_and_the_server_stays(connections: McpConnec
     assert refused.is_error and "refused on purpose" in text_of(refused.content)
 
 
+async def test_an_idle_connection_is_closed_and_the_next_call_reopens_it() -> None:
+    """A connection no call used for idle_seconds ends its stdio server (a worker of a fleet on
+    one disk would otherwise keep one per session until the session ends); a call in flight
+    keeps it, however long; the session's next call opens it again, with no error."""
+    import os
+
+    conns = McpConnections(idle_seconds=0.6)
+    spec = misbehaving()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+    try:
+        first = int(text_of((await conns.call_tool("s", spec, "pid", {}, 10, ".")).content))
+        slow = await conns.call_tool("s", spec, "slow", {"seconds": 1.5}, 10, ".")
+        assert text_of(slow.content) == "late"  # 2.5 idle spans long, not cut
+        same = await conns.call_tool("s", spec, "pid", {}, 10, ".")
+        assert int(text_of(same.content)) == first
+        for _ in range(100):  # up to 10 s
+            if not conns._open and not alive(first):
+                break
+            await asyncio.sleep(0.1)
+        assert not conns._open and not alive(first)
+        again = await conns.call_tool("s", spec, "pid", {}, 10, ".")
+        assert (again.is_error, again.status, again.notice) == (False, None, None)
+        assert int(text_of(again.content)) != first
+    finally:
+        await conns.close_all()
+    never = McpConnections(idle_seconds=0)
+    try:
+        await never.call_tool("s", spec, "echo", {"text": "x"}, 10, ".")
+        await asyncio.sleep(1.0)
+        assert list(never._open) == [("s", "bad")]
+    finally:
+        await never.close_all()
+
+
 async def test_tools_list_changed_marks_the_server_and_refresh_lists_it(
     connections: McpConnections,
 ) -> None:

@@ -66,8 +66,10 @@ def test_worker_settings_come_from_the_environment():
             "DURABLE_AGENT_DEPLOYMENT": "agents",
             "DURABLE_AGENT_BUILD_ID": "v7",
             "DURABLE_AGENT_MAX_CACHED_WORKFLOWS": " ",  # blank: the default
+            "DURABLE_AGENT_MCP_IDLE_SECONDS": "0",
         }
     )
+    assert settings.mcp_idle_seconds == 0 and WorkerSettings().mcp_idle_seconds == 1800
     assert (settings.max_concurrent_activities, settings.workflow_pollers) == (8, 3)
     assert (settings.drain_seconds, settings.deployment, settings.build_id) == (30, "agents", "v7")
     assert settings.max_cached_workflows is None and settings.task_queue == "durable-agent"
@@ -80,6 +82,7 @@ def test_worker_settings_come_from_the_environment():
     [
         ("MAX_CONCURRENT_ACTIVITIES", "0", "greater than or equal to 1"),
         ("DRAIN_SECONDS", "soon", "valid number"),
+        ("MCP_IDLE_SECONDS", "-5", "greater than or equal to 0"),
         ("METRICS_ADDRESS", "localhost", "host:port"),
     ],
 )

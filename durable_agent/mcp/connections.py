@@ -1,6 +1,11 @@
 """The worker's open MCP connections: per (session, server) one `ClientSession`, kept alive
 across calls and turns, reopened once by the next call after the server died.
 
+A connection no call or listing has used for `idle_seconds` (no call in flight) is closed, and
+the session's next call opens it again: in a fleet of workers on one disk, a session's calls
+land on any of them, and each would otherwise keep its own connection (a stdio server process)
+until the session ends — which only one of them hears of.
+
 Each connection is held by a task of its own (`connection.Connection`).
 
 Nothing here raises for a server's misbehaviour: a server that cannot be reached is a status
@@ -11,13 +16,15 @@ result, each with a one-line notice for the status line.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from durable_agent.engine.messages import ImageBlock, TextBlock
 from durable_agent.mcp.config import McpServerSpec
 from durable_agent.mcp.contracts import (
     CONNECT_TIMEOUT_SECONDS,
+    IDLE_SECONDS,
     MAX_OUTPUT_TOKENS,
     CallMcpToolOutput,
     ConnectFailed,
@@ -34,14 +41,59 @@ if TYPE_CHECKING:
 
 
 class McpConnections:
-    """One per worker process: the open connections of every session this worker serves."""
+    """One per worker process: the open connections of every session this worker serves.
+    `idle_seconds` 0 keeps each until its session ends."""
 
-    def __init__(self, connect_timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+        idle_seconds: float = IDLE_SECONDS,
+    ) -> None:
         self.connect_timeout = connect_timeout
+        self.idle_seconds = idle_seconds
         self._open: dict[tuple[str, str], Connection] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._lost: set[tuple[str, str]] = set()
         """Connections that died or could not be reopened: their next success is a status."""
+        self._used: dict[tuple[str, str], float] = {}
+        """When each open connection was last used (the loop's clock)."""
+        self._busy: dict[tuple[str, str], int] = {}
+        """Calls and listings in flight on each."""
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @contextmanager
+    def _using(self, key: tuple[str, str]) -> Iterator[None]:
+        """A call or listing on the connection: not idle meanwhile, used when it ends."""
+        self._busy[key] = self._busy.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._busy.pop(key) - 1
+            if left:
+                self._busy[key] = left
+            if key in self._open:  # not closed meanwhile (its session ended)
+                self._used[key] = asyncio.get_running_loop().time()
+                self._sweep_later()
+
+    def _sweep_later(self) -> None:
+        if self.idle_seconds > 0 and (self._sweeper is None or self._sweeper.done()):
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        """Close the connections idle for `idle_seconds`, while any is open."""
+        loop = asyncio.get_running_loop()
+        while self._open:
+            await asyncio.sleep(min(self.idle_seconds / 2, 60.0))
+            now = loop.time()
+            idle = [
+                key
+                for key in self._open
+                if not self._busy.get(key)
+                and now - self._used.get(key, now) >= self.idle_seconds
+                and not (key in self._locks and self._locks[key].locked())
+            ]
+            if idle:
+                await self._close(idle)
 
     async def _connection(self, session_id: str, spec: McpServerSpec, cwd: str) -> Connection:
         """The live connection, opened (or reopened) if need be; raises ConnectFailed."""
@@ -59,6 +111,8 @@ class McpConnections:
             await conn.open(self.connect_timeout)
             conn.tools_changed.set()  # until listed: its tools may differ from those recorded
             self._open[key] = conn
+            self._used[key] = asyncio.get_running_loop().time()
+            self._sweep_later()
             return conn
 
     async def connect(
@@ -70,7 +124,8 @@ class McpConnections:
     async def _state(self, session_id: str, spec: McpServerSpec, cwd: str) -> McpServerState:
         try:
             conn = await self._connection(session_id, spec, cwd)
-            tools = await conn.list_tools()
+            with self._using((session_id, spec.name)):
+                tools = await conn.list_tools()
         except ConnectFailed as exc:
             return McpServerState(name=spec.name, status=exc.status, error=exc.reason)
         except Exception as exc:  # the server's fault: a status, never a failed activity
@@ -129,7 +184,8 @@ class McpConnections:
                 status = McpServerState(name=spec.name, status=McpStatus.CONNECTED)
             self._lost.discard(key)
             try:
-                result = await conn.call(tool, arguments, timeout_seconds)
+                with self._using(key):
+                    result = await conn.call(tool, arguments, timeout_seconds)
             except Exception as exc:
                 if conn.forgotten and attempt == 1:
                     await self._drop(key, conn)
@@ -174,6 +230,7 @@ class McpConnections:
     async def _drop(self, key: tuple[str, str], conn: Connection) -> None:
         if self._open.get(key) is conn:
             del self._open[key]
+            self._used.pop(key, None)
         self._lost.add(key)
         await conn.close()
 
@@ -186,12 +243,15 @@ class McpConnections:
 
     async def close_all(self) -> None:
         self._lost.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         await self._close(list(self._open))
 
     async def _close(self, keys: list[tuple[str, str]]) -> int:
         conns = [self._open.pop(key) for key in keys]
         for key in keys:
             self._locks.pop(key, None)
+            self._used.pop(key, None)
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
         return len(conns)
 

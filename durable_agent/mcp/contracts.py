@@ -95,6 +95,9 @@ class CloseMcpOutput(BaseModel):
 
 
 CONNECT_TIMEOUT_SECONDS = 30.0
+IDLE_SECONDS = 1800.0
+"""A worker closes a session's MCP connection unused for this long (the next call reopens it);
+DURABLE_AGENT_MCP_IDLE_SECONDS sets it, 0 keeps connections until their session ends."""
 REASON_CHARS = 300
 
 

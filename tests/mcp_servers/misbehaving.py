@@ -50,6 +50,11 @@ def build() -> MCPServer:
         return "late"
 
     @server.tool()
+    def pid() -> str:
+        """This server's process id."""
+        return str(os.getpid())
+
+    @server.tool()
     def crash() -> str:
         """Exit the process mid-call, as a crashing server would."""
         print("crashing on purpose", file=sys.stderr, flush=True)
