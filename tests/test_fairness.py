@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import fairness
 from durable_agent.cli import pending
@@ -86,8 +86,10 @@ async def _at_its_model_call(client: Client, session: WorkflowHandle[Any, Sessio
     """The session's prompt waits for (or runs) its model call, or is over."""
     try:
         desc = await client.get_workflow_handle(f"{session.id}-q1").describe()
-    except RPCError:  # not started yet
-        return False
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return False  # not started yet
     if desc.close_time is not None:
         return True
     pending_calls = desc.raw_description.pending_activities

@@ -325,9 +325,9 @@ async def test_an_idle_connection_is_closed_and_the_next_call_reopens_it() -> No
     def alive(pid: int) -> bool:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        except (ProcessLookupError, FileNotFoundError):  # gone, or reaped meanwhile
             return False
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
     try:
         first = int(text_of((await conns.call_tool("s", spec, "pid", {}, 10, ".")).content))

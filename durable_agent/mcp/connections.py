@@ -83,7 +83,7 @@ class McpConnections:
         """Close the connections idle for `idle_seconds`, while any is open."""
         loop = asyncio.get_running_loop()
         while self._open:
-            await asyncio.sleep(min(self.idle_seconds / 2, 60.0))
+            await asyncio.sleep(max(0.05, min(self.idle_seconds / 2, 60.0)))
             now = loop.time()
             idle = [
                 key
@@ -92,8 +92,8 @@ class McpConnections:
                 and now - self._used.get(key, now) >= self.idle_seconds
                 and not (key in self._locks and self._locks[key].locked())
             ]
-            if idle:
-                await self._close(idle)
+            if idle:  # shielded: close_all cancelling this task lets the closes end
+                await asyncio.shield(self._close(idle))
 
     async def _connection(self, session_id: str, spec: McpServerSpec, cwd: str) -> Connection:
         """The live connection, opened (or reopened) if need be; raises ConnectFailed."""
@@ -104,6 +104,7 @@ class McpConnections:
                 return old
             if old is not None:
                 del self._open[key]
+                self._used.pop(key, None)
                 await old.close()
             from durable_agent.mcp.connection import Connection
 

@@ -35,7 +35,9 @@ _CLAIMED: dict[int, int] = {}
 """Ports this process claimed, each with the descriptor of its lock file (held open: the lock
 lasts as long as the process)."""
 _CLAIM_LOCK = threading.Lock()
-_CLAIM_DIR = Path(tempfile.gettempdir()) / "durable-agent-test-ports"
+_CLAIM_DIR = Path(tempfile.gettempdir()) / f"durable-agent-test-ports-{os.getuid()}"
+"""Per user: another user's runs cannot open this user's lock files (nor share their ports'
+claims; a clash between users is caught as a server that exits at start)."""
 
 
 def _claim_port() -> int:
@@ -45,7 +47,7 @@ def _claim_port() -> int:
     that share one would each take the other's server for their own (a restart's CLI then waits
     on a server that is not there)."""
     with _CLAIM_LOCK:
-        _CLAIM_DIR.mkdir(exist_ok=True)
+        _CLAIM_DIR.mkdir(mode=0o700, exist_ok=True)
         for _ in range(100):
             port = free_port(0)
             if port in _CLAIMED:
@@ -53,7 +55,7 @@ def _claim_port() -> int:
             fd = os.open(_CLAIM_DIR / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another process's server has it
+            except OSError:  # another process's server has it (BlockingIOError), or no lock
                 os.close(fd)
                 continue
             _CLAIMED[port] = fd
