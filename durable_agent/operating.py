@@ -41,6 +41,12 @@ class SettingsError(Exception):
         self.hint = hint
 
 
+MCP_IDLE_SECONDS = 1800.0
+"""A worker closes a session's MCP connection unused for this long (the next call reopens it):
+`python worker.py` reads DURABLE_AGENT_MCP_IDLE_SECONDS (0: until the session ends), the worker
+a CLI runs for itself keeps this default."""
+
+
 class WorkerSettings(BaseModel):
     """How a worker process runs; `from_env` reads DURABLE_AGENT_<FIELD>."""
 
@@ -59,7 +65,7 @@ class WorkerSettings(BaseModel):
     model_task_queue: str | None = None
     model_calls_per_second: float | None = Field(None, gt=0)
     max_concurrent_model_calls: int | None = Field(None, ge=1)
-    mcp_idle_seconds: float = Field(1800.0, ge=0)
+    mcp_idle_seconds: float = Field(MCP_IDLE_SECONDS, ge=0)
     """A session's MCP connection unused this long is closed (its next call reopens it)."""
 
     @classmethod

@@ -18,23 +18,24 @@ from durable_agent.wiring import WORKFLOW_MODULES, workflow_runner
 from tests.helpers import run_session
 
 
-def passed_through(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> set[str]:
+def runner_of(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> object:
+    """The worker's workflow runner with DURABLE_AGENT_SANDBOX=`mode` (None: unset)."""
     if mode is None:
         monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
     else:
         monkeypatch.setenv("DURABLE_AGENT_SANDBOX", mode)
-    runner = workflow_runner()
+    return workflow_runner()
+
+
+def passed_through(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> set[str]:
+    runner = runner_of(monkeypatch, mode)
     assert isinstance(runner, SandboxedWorkflowRunner)
     return set(runner.restrictions.passthrough_modules)
 
 
 def test_the_sandbox_is_off_unless_asked_and_strict_unless_passthrough(monkeypatch):
     for mode in (None, "", " Off "):
-        if mode is None:
-            monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
-        else:
-            monkeypatch.setenv("DURABLE_AGENT_SANDBOX", mode)
-        assert isinstance(workflow_runner(), UnsandboxedWorkflowRunner), mode
+        assert isinstance(runner_of(monkeypatch, mode), UnsandboxedWorkflowRunner), mode
     assert set(WORKFLOW_MODULES) <= passed_through(monkeypatch, "passthrough")
     assert set(WORKFLOW_MODULES) <= passed_through(monkeypatch, " PassThrough ")
     assert not set(WORKFLOW_MODULES) & passed_through(monkeypatch, "strict")

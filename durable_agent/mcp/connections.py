@@ -24,7 +24,6 @@ from durable_agent.engine.messages import ImageBlock, TextBlock
 from durable_agent.mcp.config import McpServerSpec
 from durable_agent.mcp.contracts import (
     CONNECT_TIMEOUT_SECONDS,
-    IDLE_SECONDS,
     MAX_OUTPUT_TOKENS,
     CallMcpToolOutput,
     ConnectFailed,
@@ -32,6 +31,7 @@ from durable_agent.mcp.contracts import (
     McpStatus,
     one_line,
 )
+from durable_agent.operating import MCP_IDLE_SECONDS
 
 if TYPE_CHECKING:
     from durable_agent.mcp.connection import Connection
@@ -47,7 +47,7 @@ class McpConnections:
     def __init__(
         self,
         connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
-        idle_seconds: float = IDLE_SECONDS,
+        idle_seconds: float = MCP_IDLE_SECONDS,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.idle_seconds = idle_seconds

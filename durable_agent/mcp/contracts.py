@@ -95,10 +95,6 @@ class CloseMcpOutput(BaseModel):
 
 
 CONNECT_TIMEOUT_SECONDS = 30.0
-IDLE_SECONDS = 1800.0
-"""A worker closes a session's MCP connection unused for this long (the next call reopens it).
-A `python worker.py` reads DURABLE_AGENT_MCP_IDLE_SECONDS (0 keeps connections until their
-session ends); the worker a CLI runs for itself uses this default."""
 REASON_CHARS = 300
 
 
