@@ -16,7 +16,7 @@ import sys
 
 from durable_agent.cli import hard_exit
 from durable_agent.codec import CodecKeyError
-from durable_agent.operating import SettingsError, print_help
+from durable_agent.operating import SettingsError, print_help, replace_process
 from durable_agent.temporal_config import TemporalConfigError
 
 
@@ -35,7 +35,7 @@ if __name__ == "__main__":
     from durable_agent.wiring import main
 
     try:
-        asyncio.run(main())
+        recycled = asyncio.run(main())
     except KeyboardInterrupt:
         hard_exit(130)
     except (CodecKeyError, SettingsError, TemporalConfigError) as exc:
@@ -46,3 +46,11 @@ if __name__ == "__main__":
             "is Temporal running? `durable-agent server` starts one; or set TEMPORAL_ADDRESS "
             "(or TEMPORAL_PROFILE).",
         )
+    if recycled is not None:
+        try:
+            replace_process(recycled.settled)
+        except OSError as exc:
+            fail(
+                f"could not start afresh: {exc}",
+                "start it again (DURABLE_AGENT_RECYCLE_ABOVE=0 turns recycling off)",
+            )

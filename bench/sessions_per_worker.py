@@ -10,7 +10,9 @@ text answer: 5 model calls, so the ideal completion time of any number of sessio
 - failures (a session that did not complete);
 - CPU ms per turn of the worker and of the dev server (their /proc counters over the round);
 - the worker's RSS: idle (after a warm-up round), at the end of the round, and after the
-  sessions ended (a few seconds later: what the worker keeps).
+  sessions ended (--settle seconds later: what the worker keeps), and whether the worker
+  recycled itself meanwhile (DURABLE_AGENT_RECYCLE_ABOVE; then the RSS after is the fresh
+  process's, read once it serves again; `--recycle-above 0` turns recycling off).
 
 The worker may run --concurrency activities at once (DURABLE_AGENT_MAX_CONCURRENT_ACTIVITIES,
 the worker's default: 50, which caps 500 sessions waiting 1 s a call at 50 calls a second;
@@ -135,7 +137,18 @@ async def round_of(client: Any, queue: str, ws: Path, sessions: int) -> tuple[fl
     return elapsed, failures
 
 
-async def main(counts: list[int], latency: float, concurrency: int, settle: float) -> None:
+RECYCLE = "DURABLE_AGENT_RECYCLE_ABOVE"
+RECYCLED = "drained; starting afresh"
+"""What the worker prints when it has replaced itself with a fresh process (operating.py)."""
+
+
+async def main(
+    counts: list[int],
+    latency: float,
+    concurrency: int,
+    settle: float,
+    recycle_above: str | None = None,
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"
         ws.mkdir()
@@ -152,7 +165,9 @@ async def main(counts: list[int], latency: float, concurrency: int, settle: floa
                     DURABLE_AGENT_MAX_CONCURRENT_ACTIVITIES=str(concurrency),
                     DURABLE_AGENT_HEALTH_ADDRESS=f"127.0.0.1:{health}",
                     DURABLE_AGENT_DRAIN_SECONDS="0",
+                    **({} if recycle_above is None else {RECYCLE: recycle_above}),
                 )  # fmt: skip
+                print(f"worker recycling: {RECYCLE}={worker_vars.get(RECYCLE, 'its default')}")
                 worker = start_worker_logged(worker_vars, log)
                 try:
                     wait_ready(health, worker, log)
@@ -163,14 +178,19 @@ async def main(counts: list[int], latency: float, concurrency: int, settle: floa
                     print(
                         f"{'sessions':>8} {'time':>7} {'ideal':>6} {'ratio':>6} {'fail':>5}"
                         f" {'worker ms/turn':>15} {'server ms/turn':>15}"
-                        f" {'RSS end':>8} {'RSS after':>10} {'after/idle':>10}"
+                        f" {'RSS end':>8} {'RSS after':>10} {'after/idle':>10} {'recycled':>8}"
                     )
                     for n in counts:
                         w0, s0 = cpu_seconds(worker.pid), cpu_seconds(server_pid)
                         elapsed, failures = await round_of(env.client, queue, ws, n)
                         w1, s1 = cpu_seconds(worker.pid), cpu_seconds(server_pid)
                         end = rss_mb(worker.pid)
+                        recycles = log.read_text().count(RECYCLED)
                         await asyncio.sleep(settle)
+                        recycled = log.read_text().count(RECYCLED) > recycles
+                        if recycled:  # the same pid, a fresh process: read it once it serves
+                            await asyncio.to_thread(wait_ready, health, worker, log)
+                            await asyncio.sleep(2)
                         after = rss_mb(worker.pid)
                         turns = n * (READS + 1)
                         ideal = (READS + 1) * latency
@@ -178,7 +198,7 @@ async def main(counts: list[int], latency: float, concurrency: int, settle: floa
                             f"{n:>8} {elapsed:>6.1f}s {ideal:>5.1f}s {elapsed / ideal:>5.1f}x"
                             f" {failures:>5} {(w1 - w0) * 1000 / turns:>15.1f}"
                             f" {(s1 - s0) * 1000 / turns:>15.1f} {end:>7.0f}M {after:>9.0f}M"
-                            f" {after / idle:>10.2f}",
+                            f" {after / idle:>10.2f} {'yes' if recycled else 'no':>8}",
                             flush=True,
                         )
                 finally:
@@ -242,9 +262,13 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before RSS is read")
+    parser.add_argument(
+        "--recycle-above",
+        help="the worker's DURABLE_AGENT_RECYCLE_ABOVE (0: never recycle; default: its own)",
+    )
     parser.add_argument("--fleet", type=int, nargs="+", help="workers per round, on PostgreSQL")
     ns = parser.parse_args()
     if ns.fleet:
         asyncio.run(fleet_main(ns.fleet, ns.sessions[0], ns.latency, ns.concurrency))
     else:
-        asyncio.run(main(ns.sessions, ns.latency, ns.concurrency, ns.settle))
+        asyncio.run(main(ns.sessions, ns.latency, ns.concurrency, ns.settle, ns.recycle_above))

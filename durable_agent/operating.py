@@ -16,7 +16,14 @@ MODEL_CALLS_PER_SECOND (the most model calls started per second on that queue, a
 fleet, shared between tenants by their fairness keys), MAX_CONCURRENT_MODEL_CALLS (here) and
 MCP_IDLE_SECONDS (1800: a session's MCP server connection no call has used for this long is
 closed, a stdio server ended, and opened again by the session's next call; 0 keeps it until
-the session ends).
+the session ends), IDLE_CHECK_SECONDS (5: a worker that used under 2 % of a core over this long
+is idle; an idle spell after work gives memory back), RECYCLE_ABOVE (1.1) and RECYCLE_MIN_MB
+(16): when the worker falls idle with nothing running (no activity, no tool process) and its
+RSS is more than RECYCLE_ABOVE times, and RECYCLE_MIN_MB over, the lowest it had idle after
+work, it replaces itself with a fresh process (same command, same pid: a drain with nothing
+to wait for, then exec). Python's allocator keeps the arenas a few surviving objects pin after
+a burst of sessions (bench/README.md, "Sessions per worker"); only a new process gives them
+back. Its sessions lose nothing: their next tasks replay them. 0 never recycles.
 """
 
 from __future__ import annotations
@@ -40,6 +47,13 @@ class SettingsError(Exception):
         super().__init__(message)
         self.hint = hint
 
+
+IDLE_CHECK_SECONDS = 5.0
+IDLE_CPU_SHARE = 0.02
+"""A worker that used under 2 % of a core over the last check is idle."""
+
+RECYCLE_ABOVE = 1.1
+RECYCLE_MIN_MB = 16.0
 
 MCP_IDLE_SECONDS = 1800.0
 """A worker closes a session's MCP connection unused for this long (the next call reopens it):
@@ -67,6 +81,10 @@ class WorkerSettings(BaseModel):
     max_concurrent_model_calls: int | None = Field(None, ge=1)
     mcp_idle_seconds: float = Field(MCP_IDLE_SECONDS, ge=0)
     """A session's MCP connection unused this long is closed (its next call reopens it)."""
+    idle_check_seconds: float = Field(IDLE_CHECK_SECONDS, gt=0)
+    recycle_above: float = Field(RECYCLE_ABOVE, ge=0)
+    """Idle RSS over this many times the lowest idle-after-work RSS: a fresh process (0: never)."""
+    recycle_min_mb: float = Field(RECYCLE_MIN_MB, ge=0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> WorkerSettings:
@@ -166,11 +184,16 @@ class Health:
 
 
 async def run_until_signalled(
-    worker: Any, health: Health, drain_seconds: float, say: Callable[[str], None] | None = None
-) -> None:
+    worker: Any,
+    health: Health,
+    drain_seconds: float,
+    say: Callable[[str], None] | None = None,
+    recycler: Recycler | None = None,
+) -> bool:
     """Run `worker` until SIGTERM (or it fails), then drain: no more polling, running
     activities finish for up to `drain_seconds` (the worker's graceful_shutdown_timeout),
-    the rest are cancelled and Temporal retries them elsewhere. A second SIGTERM exits at once."""
+    the rest are cancelled and Temporal retries them elsewhere. A second SIGTERM exits at once.
+    True when it stopped for `recycler` instead (the caller replaces the process)."""
     say = say or (lambda line: print(line, flush=True))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -185,28 +208,139 @@ async def run_until_signalled(
     running = asyncio.ensure_future(worker.run())
     health.polling = True
     stopping = asyncio.ensure_future(stop.wait())
+    waits = {running, stopping}
+    if recycler is not None:
+        waits.add(asyncio.ensure_future(recycler.wanted.wait()))
     try:
-        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         if running.done():
             running.result()  # a worker that failed: raise its error
-            return
+            return False
         health.draining = True
-        say(
-            f"SIGTERM: draining — no new work is taken; running activities may finish within "
-            f"{drain_seconds:g} s, then the rest are cancelled and retried on another worker"
-        )
+        recycling = not stop.is_set()
+        if recycling:
+            assert recycler is not None
+            say(f"recycling: {recycler.reason}; this process is replaced by a fresh one")
+        else:
+            say(
+                f"SIGTERM: draining — no new work is taken; running activities may finish "
+                f"within {drain_seconds:g} s, then the rest are cancelled and retried on another "
+                "worker"
+            )
         await worker.shutdown()
         await running
-        say("drained; exiting")
+        if recycling and stop.is_set():
+            say("SIGTERM while recycling: exiting instead")
+            return False
+        say("drained; starting afresh" if recycling else "drained; exiting")
+        return recycling
     finally:
-        stopping.cancel()
+        for waiting in waits - {running}:
+            waiting.cancel()
         loop.remove_signal_handler(signal.SIGTERM)
         health.polling = False
 
 
-IDLE_CHECK_SECONDS = 5.0
-IDLE_CPU_SHARE = 0.02
-"""A worker that used under 2 % of a core over the last check is idle."""
+SETTLED_ENV = "_DURABLE_AGENT_SETTLED_RSS"
+"""What a recycled worker tells the process that replaces it: the lowest RSS it had idle after
+work, in bytes (read and removed from the environment at start)."""
+
+
+def inherited_settled_rss(env: dict[str, str] | os._Environ[str] = os.environ) -> int | None:
+    value = env.pop(SETTLED_ENV, "")
+    return int(value) if value.isdigit() else None
+
+
+def replace_process(settled: int | None = None) -> None:
+    """Run this process's command again in its place (`exec`: same pid, same arguments and
+    environment, with `settled` for the new process's Recycler; file descriptors other than
+    stdio close, as Python opens them close-on-exec), after flushing what it has to say."""
+    from durable_agent import telemetry
+
+    if settled is not None:
+        os.environ[SETTLED_ENV] = str(settled)
+    telemetry.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # noqa: S606 — ourselves
+
+
+def rss_bytes() -> int | None:
+    """This process's resident set size (Linux /proc), or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def child_processes() -> int:
+    """How many processes this one is the parent of (a tool's, an MCP server, an orphan a tool
+    left that was reparented here); 0 where /proc cannot tell."""
+    count = 0
+    try:
+        for task in os.scandir("/proc/self/task"):
+            with open(os.path.join(task.path, "children")) as f:
+                count += len(f.read().split())
+    except OSError:
+        return 0
+    return count
+
+
+def should_recycle(rss: int, settled: int, above: float, min_bytes: float) -> bool:
+    return above > 0 and rss > settled * above and rss - settled >= min_bytes
+
+
+class Recycler:
+    """Asks for a fresh process when the worker is idle, runs nothing, and holds far more than
+    the lowest RSS it had idle after work (`should_recycle`): `check` runs after each idle
+    spell's collection; `wanted` is set for run_until_signalled. `running()` says whether any
+    work is in flight (activities, tool processes): then it looks again at the next check."""
+
+    def __init__(
+        self,
+        above: float,
+        min_mb: float,
+        running: Callable[[], bool],
+        say: Callable[[str], None] | None = None,
+        settled: int | None = None,
+    ) -> None:
+        self.above, self.min_bytes = above, min_mb * 2**20
+        self.running = running
+        self.say = say or (lambda line: print(line, flush=True))
+        self.settled = settled
+        """The lowest RSS idle after work: this process's, or the one it replaced
+        (SETTLED_ENV), so that a fresh process's first burst is not taken as its idle size."""
+        if settled is not None:
+            self.say(f"idle size of the process it replaced: {settled / 2**20:.0f} MB RSS")
+        self.wanted = asyncio.Event()
+        self.reason = ""
+
+    def check(self) -> bool:
+        """True once this idle spell is settled (its RSS recorded, or recycling asked for);
+        False to look again at the next idle check (work still in flight)."""
+        rss = rss_bytes()
+        if rss is None or self.wanted.is_set():
+            return True
+        mb = 2**20
+        if self.settled is None:
+            self.settled = rss
+            limit = max(rss * self.above, rss + self.min_bytes)
+            self.say(
+                f"idle after work at {rss / mb:.0f} MB RSS; recycles idle above {limit / mb:.0f} MB"
+            )
+            return True
+        if not should_recycle(rss, self.settled, self.above, self.min_bytes):
+            self.settled = min(self.settled, rss)
+            return True
+        if self.running():
+            return False
+        self.reason = (
+            f"idle at {rss / mb:.0f} MB RSS against {self.settled / mb:.0f} MB idle after its "
+            f"first work ({rss / self.settled:.2f}x, over {PREFIX}RECYCLE_ABOVE={self.above:g})"
+        )
+        self.wanted.set()
+        return True
 
 
 def _malloc_trim() -> Callable[[], object] | None:
@@ -220,19 +354,22 @@ def _malloc_trim() -> Callable[[], object] | None:
 
 
 async def release_memory_when_idle(
-    interval: float = IDLE_CHECK_SECONDS, share: float = IDLE_CPU_SHARE
+    interval: float = IDLE_CHECK_SECONDS,
+    share: float = IDLE_CPU_SHARE,
+    recycler: Recycler | None = None,
 ) -> None:
     """Once the worker falls idle after work (its sessions ended), give back what they used:
     the source lines of logged tracebacks dropped (`linecache`: 1.5 MB after 200 sessions
     with retries), a full collection frees their cycles (ended workflows' sandboxes are module
     graphs), then glibc's malloc_trim returns the freed heap to the system. Without it RSS stays
     at its high-water mark: 1.9× the idle size after 200 sessions (bench/sessions_per_worker.py).
-    Nothing runs while the worker is busy, and once per idle spell."""
+    Nothing runs while the worker is busy, and once per idle spell; then `recycler` looks at
+    what is left (at each check of the spell until it has decided)."""
     import gc
     import linecache
 
     trim = _malloc_trim()
-    worked = False
+    worked = deciding = False
     last = time.process_time()
     while True:
         await asyncio.sleep(interval)
@@ -240,7 +377,7 @@ async def release_memory_when_idle(
         busy = (now - last) / interval > share
         last = now
         if busy:
-            worked = True
+            worked, deciding = True, False
         elif worked:
             worked = False
             linecache.clearcache()  # the source lines of tracebacks logged meanwhile
@@ -248,6 +385,9 @@ async def release_memory_when_idle(
             if trim is not None:
                 trim()
             last = time.process_time()  # its own CPU is not work
+            deciding = recycler is not None
+        if deciding and recycler is not None:
+            deciding = not recycler.check()
 
 
 async def promote_first_version(

@@ -23,6 +23,9 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
     PollerBehaviorSimpleMaximum,
     UnsandboxedWorkflowRunner,
     Worker,
@@ -48,8 +51,11 @@ from durable_agent import telemetry, temporal_config
 from durable_agent.mcp.connections import McpConnections
 from durable_agent.operating import (
     Health,
+    Recycler,
     WorkerSettings,
+    child_processes,
     host_port,
+    inherited_settled_rss,
     promote_first_version,
     release_memory_when_idle,
     run_until_signalled,
@@ -255,6 +261,32 @@ def workflow_runner() -> WorkflowRunner:
     )
 
 
+class ActivitiesInFlight(Interceptor):
+    """Counts this process's activity executions in flight (a worker recycles only at 0)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Counted(next, self)
+
+
+class _Counted(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, counter: ActivitiesInFlight) -> None:
+        super().__init__(next)
+        self.counter = counter
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        self.counter.count += 1
+        try:
+            return await super().execute_activity(input)
+        finally:
+            self.counter.count -= 1
+
+
+IN_FLIGHT = ActivitiesInFlight()
+
+
 def _worker(
     client: Client,
     task_queue: str,
@@ -293,6 +325,7 @@ def _worker(
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         graceful_shutdown_timeout=timedelta(seconds=settings.drain_seconds),
         max_task_queue_activities_per_second=max_task_queue_activities_per_second,
+        interceptors=[IN_FLIGHT],
         **polling,
         # A killed worker's sessions move to another worker after this, not the default 10 s.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
@@ -381,10 +414,11 @@ def worker_runtime(settings: WorkerSettings) -> Runtime | None:
     return Runtime(telemetry=TelemetryConfig(metrics=metrics))
 
 
-async def main() -> None:
+async def main() -> Recycler | None:
     """`python worker.py`: serves the shared queue, $DURABLE_AGENT_TASK_QUEUE (default
     `durable-agent`), where `run --no-worker` puts its sessions; its settings, health endpoint,
-    metrics and drain: durable_agent.operating."""
+    metrics, drain and recycling: durable_agent.operating. The Recycler that asked for it when
+    this process is to be replaced by a fresh one."""
     settings = WorkerSettings.from_env()
     telemetry.setup_from_env()
     # The health endpoint answers from the start: alive while the worker waits for Temporal
@@ -413,9 +447,21 @@ async def main() -> None:
         promoting = asyncio.ensure_future(
             promote_first_version(client, settings.deployment, build_id)
         )
-    releasing = asyncio.ensure_future(release_memory_when_idle())
+    recycler = None
+    if settings.recycle_above > 0:
+        recycler = Recycler(
+            settings.recycle_above,
+            settings.recycle_min_mb,
+            lambda: IN_FLIGHT.count > 0 or child_processes() > 0,
+            settled=inherited_settled_rss(),
+        )
+    releasing = asyncio.ensure_future(
+        release_memory_when_idle(settings.idle_check_seconds, recycler=recycler)
+    )
     try:
-        await run_until_signalled(worker, health, settings.drain_seconds)
+        if await run_until_signalled(worker, health, settings.drain_seconds, recycler=recycler):
+            return recycler
+        return None
     finally:
         releasing.cancel()
         if promoting is not None:

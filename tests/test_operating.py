@@ -67,9 +67,11 @@ def test_worker_settings_come_from_the_environment():
             "DURABLE_AGENT_BUILD_ID": "v7",
             "DURABLE_AGENT_MAX_CACHED_WORKFLOWS": " ",  # blank: the default
             "DURABLE_AGENT_MCP_IDLE_SECONDS": "0",
+            "DURABLE_AGENT_RECYCLE_ABOVE": "0",
         }
     )
     assert settings.mcp_idle_seconds == 0 and WorkerSettings().mcp_idle_seconds == 1800
+    assert settings.recycle_above == 0 and WorkerSettings().recycle_above == 1.1
     assert (settings.max_concurrent_activities, settings.workflow_pollers) == (8, 3)
     assert (settings.drain_seconds, settings.deployment, settings.build_id) == (30, "agents", "v7")
     assert settings.max_cached_workflows is None and settings.task_queue == "durable-agent"
@@ -83,6 +85,8 @@ def test_worker_settings_come_from_the_environment():
         ("MAX_CONCURRENT_ACTIVITIES", "0", "greater than or equal to 1"),
         ("DRAIN_SECONDS", "soon", "valid number"),
         ("MCP_IDLE_SECONDS", "-5", "greater than or equal to 0"),
+        ("RECYCLE_ABOVE", "-1", "greater than or equal to 0"),
+        ("IDLE_CHECK_SECONDS", "0", "greater than 0"),
         ("METRICS_ADDRESS", "localhost", "host:port"),
     ],
 )
@@ -323,3 +327,78 @@ def test_every_workflow_module_is_sandboxed_or_a_passed_through_helper():
 
 def _source(module: str) -> str:
     return (ROOT / (module.replace(".", "/") + ".py")).read_text()
+
+
+async def test_an_idle_worker_with_grown_memory_recycles_itself_never_under_a_tool(
+    dev_env, tmp_path
+):
+    """Recycling (here at any growth): the first idle spell after work records the RSS; at a
+    later one the worker replaces itself — but not while a tool runs (the Bash call below
+    sleeps, so the worker is idle by its CPU): it ran once, to its end, before the drain. The
+    fresh process has the same pid, answers its health endpoint and serves the next session."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    started, finished = workspace / "started", workspace / "finished"
+    command = (
+        f"python3 -c \"open('{started}', 'a').write('x'); import time; time.sleep(3); "
+        f"open('{finished}', 'w').write('y'); print('slept')\""
+    )
+    turns = [
+        text_turn("first"),
+        tool_turn([("b1", "Bash", {"command": command})]),
+        text_turn("second"),
+        text_turn("third"),
+    ]
+    queue = f"recycle-{uuid.uuid4().hex[:8]}"
+    health = free_port()
+    log = tmp_path / "worker.log"
+    with ReplayServer(turns) as server:
+        address = dev_env.client.service_client.config.target_host
+        env = worker_env(
+            server.base_url, tmp_path / "home", queue, address,
+            DURABLE_AGENT_HEALTH_ADDRESS=f"127.0.0.1:{health}",
+            DURABLE_AGENT_IDLE_CHECK_SECONDS="0.5",
+            DURABLE_AGENT_RECYCLE_ABOVE="0.01",
+            DURABLE_AGENT_RECYCLE_MIN_MB="0",
+        )  # fmt: skip
+        worker = start_worker(env, log)
+        try:
+            _, first = await start_session(dev_env.client, workspace, queue, "one")
+            assert await final_text(first) == "first"
+            await wait_for(lambda: "idle after work at" in log.read_text(), 30, "a settled RSS")
+            assert "recycling" not in log.read_text()  # the first spell only records it
+            _, second = await start_session(dev_env.client, workspace, queue, "two")
+            await wait_for(started.exists, 90, "the tool to start")
+            await wait_for(lambda: "recycling" in log.read_text(), 60, "the recycling")
+            assert finished.exists(), "recycled while its tool ran"
+            assert await final_text(second) == "second"
+            await wait_for(lambda: log.read_text().count("worker on task queue") == 2, 60, "a new")
+            assert worker.poll() is None  # the same process, afresh
+            await wait_for(
+                lambda: _get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, "ready again"
+            )
+            _, third = await start_session(dev_env.client, workspace, queue, "three")
+            assert await final_text(third) == "third"
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            returncode = await asyncio.to_thread(worker.wait, 60)
+    text = log.read_text()
+    assert returncode == 0, text
+    assert "drained; starting afresh" in text and text.count("drained; exiting") == 1, text
+    assert "idle size of the process it replaced" in text  # its baseline carried over
+    assert started.read_text() == "x"  # ran once
+
+
+async def final_text(handle) -> str | None:
+    status = await asyncio.wait_for(handle.result(), 120)
+    return status.last_result.final_text if status.last_result else None
+
+
+def test_recycling_asks_for_growth_by_ratio_and_by_megabytes():
+    from durable_agent.operating import should_recycle
+
+    mb = 2**20
+    assert should_recycle(180 * mb, 150 * mb, 1.1, 16 * mb)
+    assert not should_recycle(160 * mb, 150 * mb, 1.1, 16 * mb)  # under 1.1x
+    assert not should_recycle(70 * mb, 50 * mb, 1.1, 32 * mb)  # 1.4x, but only 20 MB
+    assert not should_recycle(900 * mb, 150 * mb, 0, 0)  # 0: never
