@@ -467,6 +467,9 @@ class ModelActivities:
         and a shard being built holds up no other shard's calls."""
         self._key_lock = asyncio.Lock()
         """One key look-up at a time (an `apiKeyHelper` runs once, not once per shard)."""
+        self._generation = 0
+        """Counts the times the clients were all dropped: a build that began before the last
+        drop (with the key or options dropped) is not kept, but built again."""
         self._keepalive = True
         self._received: OrderedDict[tuple[str, str], anthropic.types.Message] = OrderedDict()
         """Answers streamed but not yet stored: a retry stores them without calling the API
@@ -479,16 +482,26 @@ class ModelActivities:
         current key (settings read, `apiKeyHelper` run) when there is none yet or the key must
         be refreshed (which drops every shard's)."""
         if refresh_key:
-            self._clients.clear()
+            self._drop_clients()
         async with self._shard_locks.setdefault(shard, asyncio.Lock()):
-            client = self._clients.get(shard)
-            if client is None or refresh_key:
+            while True:
+                client = self._clients.get(shard)
+                if client is not None and not refresh_key:
+                    return client
                 async with self._key_lock:
                     key = await off_loop(self.credentials.api_key, refresh=refresh_key)
+                    generation = self._generation
                 # Off the loop too: a factory's client may load TLS certificates (tens of ms).
                 options = ClientOptions(api_key=key, keepalive=self._keepalive)
-                client = self._clients[shard] = await off_loop(self.client_factory, options)
-            return client
+                client = await off_loop(self.client_factory, options)
+                if generation == self._generation:
+                    self._clients[shard] = client
+                    return client
+                refresh_key = False  # dropped meanwhile (another shard's refresh): again
+
+    def _drop_clients(self) -> None:
+        self._generation += 1
+        self._clients.clear()
 
     async def client_after(self, track: RetryTrack, shard: int = 0) -> anthropic.AsyncAnthropic:
         """The client for an attempt that follows `track`'s failures: with the key refreshed
@@ -503,7 +516,7 @@ class ModelActivities:
         activity.heartbeat(decision.track.model_dump(mode="json"))
         if decision.action in (Action.REFRESH_CREDENTIALS, Action.REBUILD_CLIENT):
             self._keepalive = self._keepalive and decision.action != Action.REBUILD_CLIENT
-            self._clients.clear()
+            self._drop_clients()
 
     async def prewarm(self) -> None:
         """Build the client and import what a first streamed call imports (httpx's transport,

@@ -9,7 +9,7 @@ import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anthropic
 from temporalio.client import Client, WorkflowHandle
@@ -18,8 +18,12 @@ from activities.model import ClientOptions, ModelActivities, default_client
 from activities.transcript import TranscriptStore
 from durable_agent.engine.contracts import SessionInput, SessionStatus
 from durable_agent.engine.state import HostedWorkspace, QueryConfig
-from durable_agent.wiring import build_worker
+from durable_agent.wiring import build_worker, workflow_runner
 from workflows.session import SessionWorkflow
+
+if TYPE_CHECKING:
+    import pytest
+    from temporalio.worker import WorkflowRunner
 
 
 class FakeApi(Protocol):
@@ -147,3 +151,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def runner_of(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> WorkflowRunner:
+    """The worker's workflow runner with DURABLE_AGENT_SANDBOX=`mode` (None: unset)."""
+    if mode is None:
+        monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
+    else:
+        monkeypatch.setenv("DURABLE_AGENT_SANDBOX", mode)
+    return workflow_runner()

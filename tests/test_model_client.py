@@ -210,3 +210,40 @@ async def test_sessions_are_spread_over_clients_a_session_keeps_to_one(tmp_path)
         assert all(out.text == "hi" for out in outs)
         shards = {model.client_shard(s) for s in sessions} - {model.client_shard("one")}
         assert len(shards) > 10 and len(built) == 1 + len(shards), (len(built), len(shards))
+
+
+async def test_a_key_refresh_meanwhile_is_not_undone_by_a_build_with_the_old_key(tmp_path):
+    """A shard's client being built with the old key while another shard's call refreshes it:
+    that build is not kept (it would meet the same 401 again) but made again with the new key."""
+    import asyncio
+    import threading
+
+    from activities.transcript import TranscriptStore
+
+    from activities.credentials import Credentials
+
+    class Keys(Credentials):
+        refreshed = False
+
+        def api_key(self, refresh: bool = False) -> str:
+            self.refreshed = self.refreshed or refresh
+            return "new" if self.refreshed else "old"
+
+    first_build, release = threading.Event(), threading.Event()
+    built: list[str] = []
+
+    def factory(opts: Any) -> Any:
+        built.append(opts.api_key)
+        if len(built) == 1:
+            first_build.set()
+            release.wait(10)
+        return opts.api_key
+
+    acts = model.ModelActivities(TranscriptStore(tmp_path), factory, credentials=Keys(tmp_path / "settings.json"))
+    slow = asyncio.ensure_future(acts.client(shard=1))
+    assert await asyncio.to_thread(first_build.wait, 10)
+    assert await acts.client(refresh_key=True, shard=0) == "new"
+    release.set()
+    assert await slow == "new"
+    assert built == ["old", "new", "new"]
+    assert await acts.client(shard=1) == "new" and len(built) == 3  # kept

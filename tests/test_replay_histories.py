@@ -13,7 +13,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from durable_agent.wiring import WORKFLOWS, workflow_runner
+from durable_agent.wiring import WORKFLOWS
+from tests.helpers import runner_of
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -29,14 +30,10 @@ async def test_history_replays(path, runner, monkeypatch):
     worker runs them by default (no sandbox; durable_agent/wiring.py `workflow_runner`)."""
     history = WorkflowHistory.from_json(path.stem.split(".")[0], json.loads(path.read_text()))
     if runner != "sandbox":
-        if runner == "worker":
-            monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
-        else:
-            monkeypatch.setenv("DURABLE_AGENT_SANDBOX", runner)
         replayer = Replayer(
             workflows=WORKFLOWS,
             data_converter=pydantic_data_converter,
-            workflow_runner=workflow_runner(),
+            workflow_runner=runner_of(monkeypatch, None if runner == "worker" else runner),
         )
     else:
         replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)

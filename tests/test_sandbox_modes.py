@@ -15,16 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from durable_agent.wiring import WORKFLOW_MODULES, workflow_runner
-from tests.helpers import run_session
-
-
-def runner_of(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> object:
-    """The worker's workflow runner with DURABLE_AGENT_SANDBOX=`mode` (None: unset)."""
-    if mode is None:
-        monkeypatch.delenv("DURABLE_AGENT_SANDBOX", raising=False)
-    else:
-        monkeypatch.setenv("DURABLE_AGENT_SANDBOX", mode)
-    return workflow_runner()
+from tests.helpers import run_session, runner_of
 
 
 def passed_through(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> set[str]:
