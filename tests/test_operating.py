@@ -360,6 +360,7 @@ async def test_an_idle_worker_with_grown_memory_recycles_itself_never_under_a_to
             DURABLE_AGENT_IDLE_CHECK_SECONDS="0.5",
             DURABLE_AGENT_RECYCLE_ABOVE="0.01",
             DURABLE_AGENT_RECYCLE_MIN_MB="0",
+            ANTHROPIC_API_KEY="sk-kept-through-recycling",  # blanked in /proc, kept for exec
         )  # fmt: skip
         worker = start_worker(env, log)
         try:
@@ -379,6 +380,7 @@ async def test_an_idle_worker_with_grown_memory_recycles_itself_never_under_a_to
             )
             _, third = await start_session(dev_env.client, workspace, queue, "three")
             assert await final_text(third) == "third"
+            assert server.headers[-1]["authorization"] == "Bearer sk-kept-through-recycling"
         finally:
             worker.send_signal(signal.SIGTERM)
             returncode = await asyncio.to_thread(worker.wait, 60)
