@@ -549,21 +549,25 @@ class ModelActivities:
         track = RetryTrack()
         if info.heartbeat_details:
             track = RetryTrack.model_validate(info.heartbeat_details[0])
-        parent, request, encoded = await off_loop(self._prepare, req)
-        with telemetry.tracer().start_as_current_span(
-            f"chat {req.request.model}", kind=SpanKind.CLIENT
-        ) as span:
-            span.set_attributes(
-                {
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.system": telemetry.SYSTEM,
-                    "gen_ai.request.model": req.request.model,
-                    "gen_ai.request.max_tokens": request["max_tokens"],
-                    "durable_agent.session_id": req.session_id,
-                    "durable_agent.attempt": info.attempt,
-                }
-            )
-            out = await self._call(req, encoded, parent, track, span)
+        parent, request, encoded, stored = await off_loop(self._prepare, req)
+        if stored is not None:  # an earlier attempt stored its answer: that is the answer
+            out = await self._output(req, stored, {}, time.monotonic())
+        else:
+            assert request is not None and encoded is not None
+            with telemetry.tracer().start_as_current_span(
+                f"chat {req.request.model}", kind=SpanKind.CLIENT
+            ) as span:
+                span.set_attributes(
+                    {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.system": telemetry.SYSTEM,
+                        "gen_ai.request.model": req.request.model,
+                        "gen_ai.request.max_tokens": request["max_tokens"],
+                        "durable_agent.session_id": req.session_id,
+                        "durable_agent.attempt": info.attempt,
+                    }
+                )
+                out = await self._call(req, encoded, parent, track, span)
         if out.withheld is not None and req.new_user is not None:
             # No answer was stored after the new user entry: sync it here, whoever wrote it
             # (an earlier attempt, on this worker or another one sharing the directory).
@@ -572,17 +576,24 @@ class ModelActivities:
             await off_loop(self.store.sync, req.session_id)
         return out
 
-    def _prepare(self, req: CallModelInput) -> tuple[str | None, dict[str, Any], EncodedRequest]:
+    def _prepare(
+        self, req: CallModelInput
+    ) -> tuple[str | None, dict[str, Any] | None, EncodedRequest | None, Message | None]:
         """Store the new user entry, read the chain, build the request and keep the whole text
         of results it shows cut short: the parent of the answer, the request and its encoding
-        (blocking)."""
+        (blocking). Or, when an earlier attempt stored the answer already (its completion was
+        lost: a worker or server that died after the append), that answer and no request: the
+        API would answer anew, with other tool_use ids than the transcript holds."""
         sid, tools = req.session_id, req.config.tools
-        servers = server_tools(req.config.web_search, req.config.permissions)
-        system = system_prompt(req.config, req.workspace, req.request.model)
         # The new user entry is made durable by the answer's append (one fsync, not two).
         parent, chain = chain_with_pending(
             self.store, sid, req.parent_uuid, req.new_user, defer_sync=True
         )
+        stored = self.store.entries(sid).get(req.assistant_uuid)
+        if stored is not None and stored.message is not None:
+            return parent, None, None, stored.message
+        servers = server_tools(req.config.web_search, req.config.permissions)
+        system = system_prompt(req.config, req.workspace, req.request.model)
         request = request_view(
             self.store,
             sid,
@@ -599,7 +610,7 @@ class ModelActivities:
                 req.config.mcp_tools,
             ),
         )
-        return parent, request, encode_request(request)
+        return parent, request, encode_request(request), None
 
     async def _call(
         self,
@@ -687,21 +698,36 @@ class ModelActivities:
         while len(self._received) > KEPT_ANSWERS:
             self._received.popitem(last=False)
         try:
-            await off_loop(self.store.append, req.session_id, req.assistant_uuid, parent, message)
+            entry = await off_loop(
+                self.store.append, req.session_id, req.assistant_uuid, parent, message
+            )
         except OSError as exc:
             raise StoreError(str(exc)) from exc
         self._received.pop(key, None)
         _record_usage(span, final)
+        # Another attempt's answer stored first (one still running when this one began) is
+        # the answer: the transcript holds it, and its tool_use ids are the ones to answer.
+        return await self._output(req, entry.message or message, in_step, sent)
+
+    async def _output(
+        self,
+        req: CallModelInput,
+        message: Message,
+        in_step: dict[str, asyncio.Task[RunToolOutput]],
+        sent: float,
+    ) -> CallModelOutput:
+        """What the workflow learns of the stored answer `message`: its tool calls described,
+        the read-only ones this step runs itself run."""
         tool_results = await self._finish_in_step(req, message, in_step)
         tool_calls = [await self._describe(req, b, last=True) for b in message.tool_uses()]
         return CallModelOutput(
             assistant_uuid=req.assistant_uuid,
-            stop_reason=final.stop_reason,
-            usage=usage,
+            stop_reason=message.stop_reason,
+            usage=message.usage or Usage(),
             text=message.text()[:TEXT_PREVIEW_CHARS],
             tool_calls=tool_calls,
-            model=final.model or req.request.model,
-            attempt=info.attempt,
+            model=message.model or req.request.model,
+            attempt=activity.info().attempt,
             tool_results=tool_results,
             api_duration_ms=int((time.monotonic() - sent) * 1000),
         )

@@ -218,9 +218,8 @@ async def test_a_key_refresh_meanwhile_is_not_undone_by_a_build_with_the_old_key
     import asyncio
     import threading
 
-    from activities.transcript import TranscriptStore
-
     from activities.credentials import Credentials
+    from activities.transcript import TranscriptStore
 
     class Keys(Credentials):
         refreshed = False
@@ -239,7 +238,9 @@ async def test_a_key_refresh_meanwhile_is_not_undone_by_a_build_with_the_old_key
             release.wait(10)
         return opts.api_key
 
-    acts = model.ModelActivities(TranscriptStore(tmp_path), factory, credentials=Keys(tmp_path / "settings.json"))
+    acts = model.ModelActivities(
+        TranscriptStore(tmp_path), factory, credentials=Keys(tmp_path / "settings.json")
+    )
     slow = asyncio.ensure_future(acts.client(shard=1))
     assert await asyncio.to_thread(first_build.wait, 10)
     assert await acts.client(refresh_key=True, shard=0) == "new"
