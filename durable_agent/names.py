@@ -27,6 +27,7 @@ class Activities:
     RUN_STOP_HOOKS: Final = "run_stop_hooks"
     RUN_HOOKS: Final = "run_hooks"
     END_SESSION_PROCESSES: Final = "end_session_processes"
+    END_TOOL_PROCESSES: Final = "end_tool_processes"
     CLAIM_HOST: Final = "claim_workspace_host"
     CHECKPOINT_WORKSPACE: Final = "checkpoint_workspace"
     BETWEEN_TURNS: Final = "between_turns"

@@ -110,6 +110,7 @@ def build_worker(
     place: list[Callable[..., Any]] = [
         tools.run_tool,
         tools.end_session_processes,
+        tools.end_tool_processes,
         hooks.run_stop_hooks,
         hooks.run_hooks,
         TurnActivities(store, hosts).between_turns,

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         CompactOutput,
         EndProcessesInput,
         EndProcessesOutput,
+        EndToolProcessesInput,
         PlanCollapseInput,
         PlanCollapseOutput,
         RunToolInput,
@@ -324,6 +325,22 @@ def end_session_processes(
         start_to_close_timeout=STORE_TIMEOUT,
         retry_policy=STORE_RETRY,
         summary="end the session's processes",
+    )
+
+
+def end_tool_processes(
+    req: EndToolProcessesInput, host_queue: str | None = None
+) -> Awaitable[EndProcessesOutput]:
+    """Where the tool ran (the shared queue's machine, or the workspace's host)."""
+    return workflow.execute_activity(
+        Activities.END_TOOL_PROCESSES,
+        req,
+        task_queue=host_queue,
+        schedule_to_start_timeout=_start_timeout(host_queue),
+        result_type=EndProcessesOutput,
+        start_to_close_timeout=STORE_TIMEOUT,
+        retry_policy=STORE_RETRY,
+        summary="end an interrupted tool's processes",
     )
 
 

@@ -8,7 +8,6 @@ answer (`streaming_tools`). The workflow's signals, updates and queries stay her
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from typing import Any, assert_never
 
 from temporalio import workflow
@@ -24,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         BetweenTurnsInput,
         BetweenTurnsOutput,
         CallModelInput,
+        EndToolProcessesInput,
         HookCallbackAnswer,
         HookCallbackRequest,
         MidTurnPrompts,
@@ -102,6 +102,7 @@ __all__ = [
     "BOUNDED_STATE_PATCH",
     "BUG_EXCEPTION_TYPES",
     "HOOK_EVENTS_PATCH",
+    "INTERRUPTED_TOOL_PROCESSES_PATCH",
     "LATE_SIGNAL_PATCH",
     "READ_ONLY_TOOLS_IN_STEP_PATCH",
     "STOP_HOOKS_PATCH",
@@ -117,6 +118,9 @@ activity, not two and a signal. Histories from before ran them as run_tool activ
 LATE_SIGNAL_PATCH = "late-tool-signal-v1"
 """A tool_use_ready of an attempt older than one already heard from is ignored; before, it
 discarded the newer attempt's executor and the prompt waited forever on its tools."""
+INTERRUPTED_TOOL_PROCESSES_PATCH = "interrupted-tool-processes-v1"
+"""An interrupted tool call's processes are ended where it ran once its activity stops (a
+worker that died never heard the cancel). Histories from before left them to the session's end."""
 BOUNDED_STATE_PATCH = "bounded-state-v1"
 """Denials are kept summarised and capped, collapsed ids capped, and the newest progress events
 carried across continue-as-new; before, all of them grew with the prompt or were lost."""
@@ -618,13 +622,27 @@ class QueryWorkflow:
         )
 
     async def _run_tool(self, req: RunToolInput, call: ToolCall) -> RunToolOutput:
-        """The run_tool step: in place, or on the host of the travelling workspace."""
+        """The run_tool step: in place, or on the host of the travelling workspace. An
+        interrupted one then has its processes ended where it ran: its worker may have died
+        before the cancel reached it, and its command would go on until the session ends."""
         cfg = self._ctx.cfg
 
-        def step(req: RunToolInput, queue: str | None) -> Awaitable[RunToolOutput]:
-            return steps.run_tool(req, cfg, call.summary, call.read_only, queue)
+        async def step(req: RunToolInput, queue: str | None) -> RunToolOutput:
+            try:
+                return await steps.run_tool(req, cfg, call.summary, call.read_only, queue)
+            except (asyncio.CancelledError, ActivityError):
+                if self._ctx.interrupted and workflow.patched(INTERRUPTED_TOOL_PROCESSES_PATCH):
+                    await self._end_tool_processes(req, queue)
+                raise
 
         return await self._hosting.run(req, step, changes=not call.read_only)
+
+    async def _end_tool_processes(self, req: RunToolInput, queue: str | None) -> None:
+        ending = EndToolProcessesInput(session_id=req.session_id, tool_use_id=req.tool_use_id)
+        try:
+            await steps.end_tool_processes(ending, queue)
+        except ActivityError as exc:  # its host is gone, and its processes with it
+            workflow.logger.warning("could not end an interrupted tool's processes: %s", exc)
 
     def _discard_executors(self) -> None:
         for executor in self._executors.values():

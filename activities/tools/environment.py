@@ -152,6 +152,11 @@ def session_tag_prefix(session_id: str) -> str:
     return f"{session_id}/"
 
 
+def tool_tag_prefix(session_id: str, tool_use_id: str) -> str:
+    """What the tags of one tool call's runs (each attempt's) start with."""
+    return f"{session_tag_prefix(session_id)}{tool_use_id}/"
+
+
 def session_and_agents_prefixes(session_id: str) -> tuple[str, str]:
     """The tag prefixes of a session's tool runs and of its sub-agents' (whose session ids are
     `<session>.agent-<call>`, workflows/agents.py): what the session's end sweeps."""

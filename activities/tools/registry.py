@@ -26,6 +26,7 @@ from activities.tools.environment import (
     SETTINGS_ENV,
     kill_tagged,
     session_and_agents_prefixes,
+    tool_tag_prefix,
 )
 from activities.tools.glob import run_glob
 from activities.tools.grep import run_grep
@@ -45,6 +46,7 @@ from durable_agent.devserver import pid_alive
 from durable_agent.engine.contracts import (
     EndProcessesInput,
     EndProcessesOutput,
+    EndToolProcessesInput,
     RunToolInput,
     RunToolOutput,
 )
@@ -418,6 +420,18 @@ class ToolActivities:
         self.store.forget(req.session_id)  # nothing reads its transcript here any more
         if killed:
             activity.logger.info("ended %d process(es) of session %s", killed, req.session_id)
+        return EndProcessesOutput(killed=killed)
+
+    @activity.defn(name=Activities.END_TOOL_PROCESSES)
+    async def end_tool_processes(self, req: EndToolProcessesInput) -> EndProcessesOutput:
+        """End what an interrupted tool call's runs left running on this machine: a run whose
+        worker died meanwhile never heard its cancel, and its command goes on, orphaned, until
+        the session ends."""
+        killed = await off_loop(kill_tagged, tool_tag_prefix(req.session_id, req.tool_use_id), True)
+        if killed:
+            activity.logger.info(
+                "ended %d process(es) of interrupted tool call %s", killed, req.tool_use_id
+            )
         return EndProcessesOutput(killed=killed)
 
     async def _run_once(

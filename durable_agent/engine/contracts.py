@@ -390,6 +390,13 @@ class EndProcessesOutput(BaseModel):
     killed: int
 
 
+class EndToolProcessesInput(BaseModel):
+    """The processes of one tool call's runs (every attempt's), after it was interrupted."""
+
+    session_id: str
+    tool_use_id: str
+
+
 class ConfigChange(BaseModel):
     """The `configure` Update of a session (the SDK's set_model / set_permission_mode): the
     prompts that start after it run with the change; the running one keeps its config."""

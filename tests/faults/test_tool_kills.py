@@ -102,3 +102,69 @@ async def test_a_bash_that_finishes_while_the_server_is_down_reports_its_real_re
     answer = api.requests[1]["messages"][-1]["content"][0]
     assert answer["tool_use_id"] == "b1"
     assert answer["content"] == "real-output" and not answer.get("is_error")
+
+
+async def test_an_interrupted_tool_whose_worker_died_is_ended_with_its_prompt(own_server, tmp_path):
+    """Interrupt (Esc) while a Bash runs, its worker SIGKILLed around it (before the interrupt,
+    then just after it): the cancel never reaches the dead worker and no retry follows (its
+    activity times out with a cancel requested), yet the command stops when the prompt ends —
+    not only when the session does. The session stays open, as a chat's. Found by a fault
+    campaign: it went on ticking in 4 of 6 tries."""
+    from durable_agent.names import Signals
+
+    client = await _connect(own_server)
+    for n, kill_first in enumerate((True, False)):
+        workspace = tmp_path / f"ws{n}"
+        workspace.mkdir()
+        ticks = workspace / "ticks"
+        command = f"echo x >> marker; for i in $(seq 120); do echo t >> {ticks}; sleep 0.2; done"
+        turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("stopped")]
+        task_queue = f"interrupt-kill-{uuid.uuid4()}"
+        with ReplayServer(turns) as api:
+            env = process_env(tmp_path / f"p{n}", own_server.address, api.base_url, task_queue)
+            worker = WorkerProcess(env, tmp_path / f"worker{n}.log").start()
+            replacement = WorkerProcess(env, tmp_path / f"replacement{n}.log")
+            try:
+                sid, handle = await _start_open(client, workspace, task_queue)
+                await wait_for((workspace / "marker").exists, 60, "the command to start")
+                if kill_first:
+                    worker.kill()
+                    await handle.signal(Signals.INTERRUPT)
+                else:
+                    await handle.signal(Signals.INTERRUPT)
+                    await asyncio.sleep(0.05)
+                    worker.kill()
+                assert _leftovers(sid), "the command should outlive its worker"
+                replacement.start()
+                status = None
+                for _ in range(240):  # the prompt ends: the tool's heartbeat timeout (2 s), on
+                    status = await handle.query(SessionWorkflow.status)
+                    if status.last_result is not None:
+                        break
+                    await asyncio.sleep(0.25)
+                assert status is not None and status.last_result is not None, "prompt never ended"
+                assert status.last_result.terminal == Terminal.ABORTED_TOOLS
+                assert _leftovers(sid) == [], f"try {n}: the interrupted command still runs"
+                counted = ticks.read_text().count("t")
+                await asyncio.sleep(1.0)
+                assert ticks.read_text().count("t") == counted, f"try {n}: it goes on ticking"
+                assert (workspace / "marker").read_text() == "x\n"  # ran once
+                await handle.signal(Signals.CLOSE)
+                await asyncio.wait_for(handle.result(), 60)
+            finally:
+                worker.stop()
+                replacement.stop()
+        home = Path(env["DURABLE_AGENT_HOME"])
+        assert transcript_problems(next((home / "sessions").glob("*.jsonl"))) == []
+
+
+async def _start_open(client: Client, workspace: Path, task_queue: str):
+    sid = f"kill-{uuid.uuid4()}"
+    config = QueryConfig.model_validate({"workspace": str(workspace), "tool_heartbeat_seconds": 2})
+    handle = await client.start_workflow(
+        SessionWorkflow.run,
+        SessionInput(session_id=sid, config=config, initial_prompt="go", close_when_idle=False),
+        id=sid,
+        task_queue=task_queue,
+    )
+    return sid, handle
