@@ -273,6 +273,25 @@ async def test_partial_messages_stream_before_the_message(
     assert "content_block_delta" in next(sessions.glob("*.stream.jsonl")).read_text()
 
 
+async def test_partial_messages_a_tools_result_comes_before_the_next_messages_stream(
+    dev_env, tmp_path, cli_path, unknown_lines
+):
+    """As Claude Code prints them: the tool_use message, its result, then the next message's
+    stream. The result is stored as the next model call begins, and the stream's lines came
+    first (the fault campaign's ordering finding)."""
+    turns = [tool_turn([("r1", "Read", {"file_path": "notes.txt"})]), text_turn("read it")]
+    with ReplayServer(turns) as server:
+        opts = options(dev_env, tmp_path, cli_path, server, include_partial_messages=True)
+        messages = await collect("read", opts)
+    order = [
+        m.event["type"] if isinstance(m, StreamEvent) else type(m).__name__
+        for m in messages
+        if not isinstance(m, StreamEvent) or m.event["type"] == "message_start"
+    ]
+    assert order == ["SystemMessage", "message_start", "AssistantMessage", "UserMessage",
+                     "message_start", "AssistantMessage", "ResultMessage"], order  # fmt: skip
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["files", "shared-store"])
 async def test_rewind_files_puts_the_files_back_as_before_a_prompt(
     dev_env, tmp_path, cli_path, unknown_lines, request, shared

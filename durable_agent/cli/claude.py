@@ -24,6 +24,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -608,27 +609,36 @@ class Front:
             shown: list[TranscriptEntry] = []
             unbound = [self.pending.popleft() if self.pending else None]
 
-            async def live(
-                events: list[ProgressEvent],
+            def show_landed(
+                drain: bool = True,
+                before: str | None = None,
                 shown: list[TranscriptEntry] = shown,
                 unbound: list[str | None] = unbound,
             ) -> None:
+                new = lines.landed(drain, before)
+                shown.extend(new)
+                unbound[0] = self.bind(new, unbound[0])
+                self.out.entries(new)
+
+            async def live(events: list[ProgressEvent]) -> None:
                 for event in events:
                     if event.kind == ProgressKind.RETRY:  # Claude Code's api_retry system line
                         self.out.line(
                             {"type": "system", "subtype": "api_retry", "message": event.text,
                              "session_id": self.out.session_id, "uuid": str(uuid.uuid4())}
                         )  # fmt: skip
-                new = lines.landed()
-                shown.extend(new)
-                unbound[0] = self.bind(new, unbound[0])
-                self.out.entries(new)
+                show_landed()
+
+            if lines.partial is not None:  # a message's stream comes after what precedes it
+                lines.partial.before_message = lambda uuid: show_landed(False, uuid)
 
             result = await watch(
                 query_result(child), child, console, asyncio.Event(), "waiting for a worker",
                 3600.0, on_approval=functools.partial(self.ask_sdk, child), on_events=live,
             )  # fmt: skip
             assert result is not None
+            if lines.partial is not None:
+                lines.partial.before_message = None
             rest = lines.chain_to(result.head_uuid)  # whatever the live view had not shown
             shown.extend(rest)
             self.bind(rest, unbound[0])
@@ -651,6 +661,9 @@ class StreamTail:
     def __init__(self, store: Any, out: Out) -> None:
         self.store, self.out = store, out
         _, self.offset = store.stream_since(out.session_id, None)
+        self.before_message: Callable[[str], None] | None = None
+        """Shows the transcript entries that landed before the entry (uuid) whose stream
+        starts: a tool's result, stored as the next model call begins."""
         self.task = asyncio.ensure_future(self._loop())
 
     async def _loop(self) -> None:
@@ -665,6 +678,8 @@ class StreamTail:
                 item = json.loads(raw)
             except ValueError:
                 continue
+            if self.before_message is not None and item["event"].get("type") == "message_start":
+                self.before_message(item["assistant_uuid"])
             self.out.line(
                 {
                     "type": "stream_event",
@@ -693,11 +708,14 @@ class Lines:
         self.known = {e.uuid for e in store.chain(session_id, head)} if head else set()
         self.partial: StreamTail | None = None
 
-    def landed(self) -> list[TranscriptEntry]:
-        if self.partial is not None:
+    def landed(self, drain: bool = True, before: str | None = None) -> list[TranscriptEntry]:
+        """New entries in chain order (up to the entry `before`, not included)."""
+        if drain and self.partial is not None:
             self.partial.drain()  # a message's stream events come before the message
         new = []
         for entry in self.store.entries(self.session_id).values():  # in file order
+            if entry.uuid == before:
+                break
             if entry.uuid not in self.known and (
                 entry.parent_uuid is None or entry.parent_uuid in self.known
             ):
