@@ -217,17 +217,24 @@ async def test_a_worker_reaches_a_tls_only_temporal_through_a_profile(dev_env, t
 # --- SIGTERM during a long tool --------------------------------------------------------------
 
 
+def slow_tool(workspace: Path, seconds: float, output: str) -> tuple[Path, Path, str]:
+    """A Bash command that marks `started` (appending: a second run shows), sleeps, marks
+    `finished` and prints `output`; the workspace is made."""
+    workspace.mkdir()
+    started, finished = workspace / "started", workspace / "finished"
+    command = (
+        f"python3 -c \"open('{started}', 'a').write('x'); import time; time.sleep({seconds}); "
+        f"open('{finished}', 'w').write('y'); print('{output}')\""
+    )
+    return started, finished, command
+
+
 async def test_sigterm_during_a_long_tool_lets_it_finish(dev_env, tmp_path):
     """SIGTERM while a Bash call runs: the worker stops taking work and says it is not ready,
     the tool runs to its end, its real result is reported by the draining worker, which then
     exits 0; a new worker (a replacement pod) carries the session on. The tool ran once."""
     workspace = tmp_path / "ws"
-    workspace.mkdir()
-    started, finished = workspace / "started", workspace / "finished"
-    command = (
-        f"python3 -c \"open('{started}', 'a').write('x'); import time; time.sleep(4); "
-        f"open('{finished}', 'w').write('y'); print('tool output ok')\""
-    )
+    started, finished, command = slow_tool(workspace, 4, "tool output ok")
     turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("all done")]
     queue = f"drain-{uuid.uuid4().hex[:8]}"
     health = free_port()
@@ -337,12 +344,7 @@ async def test_an_idle_worker_with_grown_memory_recycles_itself_never_under_a_to
     sleeps, so the worker is idle by its CPU): it ran once, to its end, before the drain. The
     fresh process has the same pid, answers its health endpoint and serves the next session."""
     workspace = tmp_path / "ws"
-    workspace.mkdir()
-    started, finished = workspace / "started", workspace / "finished"
-    command = (
-        f"python3 -c \"open('{started}', 'a').write('x'); import time; time.sleep(3); "
-        f"open('{finished}', 'w').write('y'); print('slept')\""
-    )
+    started, finished, command = slow_tool(workspace, 3, "slept")
     turns = [
         text_turn("first"),
         tool_turn([("b1", "Bash", {"command": command})]),

@@ -27,13 +27,18 @@ async def _connect(own_server) -> Client:
     return await Client.connect(own_server.address, data_converter=pydantic_data_converter)
 
 
-async def _start(own_server, workspace, task_queue):
+async def _start(own_server, workspace, task_queue, close_when_idle=True, **config):
+    """A session on `task_queue`; `config` over the defaults (the heartbeat timeouts too)."""
     client = await _connect(own_server)
     sid = f"kill-{uuid.uuid4()}"
-    config = QueryConfig(workspace=str(workspace))  # default heartbeat timeouts
     handle = await client.start_workflow(
         SessionWorkflow.run,
-        SessionInput(session_id=sid, config=config, initial_prompt="go", close_when_idle=True),
+        SessionInput(
+            session_id=sid,
+            config=QueryConfig.model_validate({"workspace": str(workspace), **config}),
+            initial_prompt="go",
+            close_when_idle=close_when_idle,
+        ),
         id=sid,
         task_queue=task_queue,
     )
@@ -112,7 +117,6 @@ async def test_an_interrupted_tool_whose_worker_died_is_ended_with_its_prompt(ow
     campaign: it went on ticking in 4 of 6 tries."""
     from durable_agent.names import Signals
 
-    client = await _connect(own_server)
     for n, kill_first in enumerate((True, False)):
         workspace = tmp_path / f"ws{n}"
         workspace.mkdir()
@@ -125,7 +129,10 @@ async def test_an_interrupted_tool_whose_worker_died_is_ended_with_its_prompt(ow
             worker = WorkerProcess(env, tmp_path / f"worker{n}.log").start()
             replacement = WorkerProcess(env, tmp_path / f"replacement{n}.log")
             try:
-                sid, handle = await _start_open(client, workspace, task_queue)
+                sid, handle = await _start(
+                    own_server, workspace, task_queue, close_when_idle=False,
+                    tool_heartbeat_seconds=2,
+                )  # fmt: skip
                 await wait_for((workspace / "marker").exists, 60, "the command to start")
                 if kill_first:
                     worker.kill()
@@ -156,15 +163,3 @@ async def test_an_interrupted_tool_whose_worker_died_is_ended_with_its_prompt(ow
                 replacement.stop()
         home = Path(env["DURABLE_AGENT_HOME"])
         assert transcript_problems(next((home / "sessions").glob("*.jsonl"))) == []
-
-
-async def _start_open(client: Client, workspace: Path, task_queue: str):
-    sid = f"kill-{uuid.uuid4()}"
-    config = QueryConfig.model_validate({"workspace": str(workspace), "tool_heartbeat_seconds": 2})
-    handle = await client.start_workflow(
-        SessionWorkflow.run,
-        SessionInput(session_id=sid, config=config, initial_prompt="go", close_when_idle=False),
-        id=sid,
-        task_queue=task_queue,
-    )
-    return sid, handle
