@@ -87,6 +87,8 @@ from durable_agent.engine.tools import (
     TaskStopInput,
     TodoWriteInput,
     ToolName,
+    encoded_tool,
+    request_json,
 )
 from durable_agent.engine.web_search import server_tools
 from durable_agent.names import Activities, Signals
@@ -158,11 +160,21 @@ def encode_request(request: dict[str, Any], spans: bool | None = None) -> Encode
         return EncodedRequest(params=request, body=None, headers=headers)
     fields = {k: v for k, v in request.items() if k not in ("extra_headers", "extra_body")}
     body = {**fields, "stream": True, **request.get("extra_body", {})}
-    return EncodedRequest(
-        params=request,
-        body=json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(),
-        headers=headers,
-    )
+    return EncodedRequest(params=request, body=_encoded_body(body), headers=headers)
+
+
+def _encoded_body(body: dict[str, Any]) -> bytes:
+    """`request_json(body)`, as UTF-8, with each shared `tools` entry's JSON taken as encoded
+    once (a third of a typical body, half of its encoding time: its schemas' many small
+    dicts) rather than encoded again."""
+    parts = []
+    for key, value in body.items():
+        if key == "tools":
+            text = "[" + ",".join(encoded_tool(t) or request_json(t) for t in value) + "]"
+        else:
+            text = request_json(value)
+        parts.append(f"{request_json(key)}:{text}")
+    return ("{" + ",".join(parts) + "}").encode()
 
 
 def stream_encoded(

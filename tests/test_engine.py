@@ -290,11 +290,14 @@ def test_transcript_entry_uses_reference_field_names():
     assert dumped["parentUuid"] == "p" and "sessionId" in dumped
 
 
-def test_tool_schemas_are_generated_once_and_handed_out_as_copies():
-    """Every request lists every tool: the schema is pydantic's, made once, and a caller that
-    changes its copy changes no later request."""
+def test_tool_schemas_are_generated_once_and_requests_share_one_entry_per_tool():
+    """Every request lists every tool: the schema is pydantic's, made once; `json_schema` hands
+    out copies (a caller that changes one changes no later request), and a request's `tools`
+    entry is one object per tool, encoded once (see test_model_client)."""
     spec = TOOL_SPECS["Read"]
-    first = spec.api_tool()
-    assert first["input_schema"] == ReadInput.model_json_schema(by_alias=True)
-    first["input_schema"]["properties"].clear()
-    assert spec.api_tool()["input_schema"]["properties"]
+    first = spec.json_schema()
+    assert first == ReadInput.model_json_schema(by_alias=True)
+    first["properties"].clear()
+    assert spec.json_schema()["properties"]
+    assert spec.api_tool() is spec.api_tool()
+    assert spec.api_tool()["input_schema"] == spec.json_schema()

@@ -248,3 +248,28 @@ async def test_a_key_refresh_meanwhile_is_not_undone_by_a_build_with_the_old_key
     assert await slow == "new"
     assert built == ["old", "new", "new"]
     assert await acts.client(shard=1) == "new" and len(built) == 3  # kept
+
+
+def test_a_body_with_every_tool_encodes_as_json_dumps_would():
+    """The tools' entries are built and encoded once per process and spliced into each body:
+    the bytes are those of encoding the whole body at once, and the shared entries stay as they
+    were when a request changes its copy (the Skill and Agent tools' descriptions)."""
+    from durable_agent.engine.agents import AgentDef
+    from durable_agent.engine.request import ModelRequest, build_request
+    from durable_agent.engine.skills import SkillInfo
+    from durable_agent.engine.tools import TOOL_SPECS, request_json
+    from durable_agent.mcp.contracts import McpTool
+
+    skill = TOOL_SPECS["Skill"].api_tool()["description"]
+    request, _ = build_request(
+        [], "système ✓", tuple(TOOL_SPECS), ModelRequest(model="m", max_tokens=10),
+        skills=[SkillInfo(name="pdf", description="PDFs — all of them", path="/s/pdf", source="user")],
+        agents=[AgentDef(name="rev", description="reviews")],
+        mcp_tools=[McpTool(name="mcp__a__b", server="a", tool="b", description="naïve")],
+        server_tools=[{"type": "web_search_20250305", "name": "web_search"}],
+    )  # fmt: skip
+    body = {**request, "stream": True}
+    assert model.encode_request(request, spans=False).body == request_json(body).encode()
+    assert TOOL_SPECS["Skill"].api_tool()["description"] == skill
+    assert "pdf" in next(t for t in request["tools"] if t["name"] == "Skill")["description"]
+    assert TOOL_SPECS["Read"].api_tool() is TOOL_SPECS["Read"].api_tool()

@@ -123,11 +123,11 @@ def api_tools(
     for name in tools:
         if name not in TOOL_SPECS or (name == ToolName.SKILL and not skills):
             continue
-        tool = TOOL_SPECS[name].api_tool()
+        tool = TOOL_SPECS[name].api_tool()  # shared: changed only in a copy
         if name == ToolName.SKILL:
-            tool["description"] = skill_tool_description(skills)
+            tool = {**tool, "description": skill_tool_description(skills)}
         if name == ToolName.AGENT:
-            tool["description"] = agent_tool_description(agents)
+            tool = {**tool, "description": agent_tool_description(agents)}
         out.append(tool)
     for mcp in mcp_tools:
         out.append(

@@ -255,6 +255,21 @@ def _schema_json(model: type[BaseModel]) -> str:
     return json.dumps(model.model_json_schema(by_alias=True))
 
 
+def request_json(value: Any) -> str:
+    """`value` in the SDK's JSON encoding of a request body: compact, UTF-8, no NaN."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+_ENCODED_TOOLS: dict[int, str] = {}
+"""request_json of each shared `tools` entry (ToolSpec.api_tool's), by the entry's id: each
+lives as long as the process (held by _api_tool's cache), so no other object takes its id."""
+
+
+def encoded_tool(entry: dict[str, Any]) -> str | None:
+    """The JSON of a shared `tools` entry, encoded once; None for any other dict."""
+    return _ENCODED_TOOLS.get(id(entry))
+
+
 class ToolSpec(BaseModel):
     """What the engine knows about a tool without running it."""
 
@@ -273,12 +288,10 @@ class ToolSpec(BaseModel):
         return json.loads(_schema_json(self.input_model))
 
     def api_tool(self) -> dict[str, Any]:
-        """The tool's entry in a Messages API request's `tools`."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "input_schema": self.json_schema(),
-        }
+        """The tool's entry in a Messages API request's `tools`: the same object at every call
+        (every request lists every tool: built and encoded once, `encoded_tool`), so never to
+        be changed — a caller that changes a field changes a copy."""
+        return _api_tool(self)
 
     def parse(self, raw: dict[str, Any]) -> _Input:
         return self.input_model.model_validate(raw)
@@ -306,6 +319,13 @@ class ToolSpec(BaseModel):
         if len(first) > 80:
             first = first[:77] + "..."
         return f"{self.name}: {first}" if first else self.name
+
+
+@functools.cache
+def _api_tool(spec: ToolSpec) -> dict[str, Any]:
+    entry = {"name": spec.name, "description": spec.description, "input_schema": spec.json_schema()}
+    _ENCODED_TOOLS[id(entry)] = request_json(entry)
+    return entry
 
 
 TOOL_SPECS: dict[str, ToolSpec] = {
