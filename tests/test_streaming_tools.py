@@ -118,6 +118,25 @@ async def test_a_failed_attempts_tools_are_discarded(ts_env, task_queue):
     assert "late" in ran and "old" not in ran  # late was never signalled: it ran after the stream
 
 
+async def test_an_answer_read_back_from_the_store_keeps_its_early_tools(ts_env, task_queue):
+    """Attempt 1 streams a Bash (eager_tools=all: it starts at once), stores the answer, and its
+    completion is lost; attempt 2 reads that answer back (same tool_use id, no signals). The
+    Bash goes on and is not run again (it ran twice before: stored-answer-tools-v1)."""
+    lost = ApplicationError("completion lost", type="Overloaded")
+    calls = tools(("b1", "Bash"))
+    first = Stream(calls, tail=0.2, fail=lost)
+    stored = Stream(calls, signalled=[], tail=0.0)
+    fakes = Fakes(script=[first, stored, reply("done")], tool_delays={"b1": 1.0})
+    result = await run_query(
+        ts_env, fakes, task_queue, "stored_answer_tools", eager_tools=EagerTools.ALL,
+        tool_heartbeat_seconds=2,
+    )  # fmt: skip
+    assert result.terminal == Terminal.COMPLETED
+    assert [tool for tool, _ in fakes.runs] == ["b1"] and fakes.cancelled == []
+    final = refs(fakes, call=2)
+    assert [r.tool_use_id for r in final] == ["b1"] and final[0].run_id
+
+
 async def test_a_late_signal_of_an_older_attempt_changes_nothing(ts_env, task_queue):
     """Attempt 2 signals its Read, then a late signal of attempt 1 arrives: it must neither
     discard attempt 2's executor (the prompt then waited forever) nor run its own block."""

@@ -107,6 +107,7 @@ __all__ = [
     "READ_ONLY_TOOLS_IN_STEP_PATCH",
     "STOP_HOOKS_PATCH",
     "STOP_HOOKS_SNAPSHOT_PATCH",
+    "STORED_ANSWER_TOOLS_PATCH",
     "QueryWorkflow",
 ]
 
@@ -118,6 +119,10 @@ activity, not two and a signal. Histories from before ran them as run_tool activ
 LATE_SIGNAL_PATCH = "late-tool-signal-v1"
 """A tool_use_ready of an attempt older than one already heard from is ignored; before, it
 discarded the newer attempt's executor and the prompt waited forever on its tools."""
+STORED_ANSWER_TOOLS_PATCH = "stored-answer-tools-v1"
+"""An answer the model step read back from the store (an earlier attempt streamed it; its
+completion was lost) keeps that attempt's early-started tools; before, they were discarded and
+run again under the same ids (a Bash twice, with eager_tools=all)."""
 INTERRUPTED_TOOL_PROCESSES_PATCH = "interrupted-tool-processes-v1"
 """An interrupted tool call's processes are ended where it ran once its activity stops (a
 worker that died never heard the cancel). Histories from before left them to the session's end."""
@@ -399,6 +404,8 @@ class QueryWorkflow:
         assert answer is not None
         self._ctx.phase = "tools"
         executor = self._executors.pop(answer.attempt, None)
+        if executor is None and workflow.patched(STORED_ANSWER_TOOLS_PATCH):
+            executor = self._executor_of_answer({c.id for c in answer.tool_calls})
         if executor is None:
             assert self._ctx.state.head_uuid is not None
             executor = self._executor(self._ctx.state.head_uuid)
@@ -643,6 +650,17 @@ class QueryWorkflow:
             await steps.end_tool_processes(ending, queue)
         except ActivityError as exc:  # its host is gone, and its processes with it
             workflow.logger.warning("could not end an interrupted tool's processes: %s", exc)
+
+    def _executor_of_answer(self, ids: set[str]) -> StreamingToolExecutor | None:
+        """An earlier attempt's executor whose tools are this answer's: the step answered from
+        the store what that attempt streamed (its completion was lost), so the tools it
+        started early go on rather than start again. tool_use ids are the API's, one answer's
+        own."""
+        for attempt in sorted(self._executors, reverse=True):
+            executor = self._executors[attempt]
+            if executor.tools and all(t.call.id in ids for t in executor.tools):
+                return self._executors.pop(attempt)
+        return None
 
     def _discard_executors(self) -> None:
         for executor in self._executors.values():
