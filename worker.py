@@ -12,12 +12,21 @@ operations page.
 """
 
 import asyncio
+import signal
 import sys
+from types import FrameType
 
 from durable_agent.cli import hard_exit
 from durable_agent.codec import CodecKeyError
 from durable_agent.operating import SettingsError, print_help, replace_process
 from durable_agent.temporal_config import TemporalConfigError
+
+
+def stop_now(_signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM while the worker does not poll (starting, waiting for Temporal, or between a
+    recycle's drain and the fresh process): nothing runs, so it ends at once, as drained."""
+    print("SIGTERM: nothing is running; exiting", flush=True)
+    hard_exit(0)
 
 
 def fail(message: str, hint: str) -> None:
@@ -27,6 +36,7 @@ def fail(message: str, hint: str) -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_now)  # while polling, run_until_signalled's drain
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         print_help()
         sys.exit(0)
@@ -46,7 +56,9 @@ if __name__ == "__main__":
             "is Temporal running? `durable-agent server` starts one; or set TEMPORAL_ADDRESS "
             "(or TEMPORAL_PROFILE).",
         )
-    if recycled is not None:
+    if recycled is None:  # drained: no interpreter finalization (DESIGN.md §5, hard_exit)
+        hard_exit(0)
+    else:
         try:
             replace_process(recycled.settled)
         except OSError as exc:

@@ -204,6 +204,7 @@ async def run_until_signalled(
             os._exit(143)
         stop.set()
 
+    before = signal.getsignal(signal.SIGTERM)
     loop.add_signal_handler(signal.SIGTERM, on_term)
     running = asyncio.ensure_future(worker.run())
     health.polling = True
@@ -238,6 +239,8 @@ async def run_until_signalled(
         for waiting in waits - {running}:
             waiting.cancel()
         loop.remove_signal_handler(signal.SIGTERM)
+        if before is not None:  # the caller's (worker.py: exit at once), not the default
+            signal.signal(signal.SIGTERM, before)
         health.polling = False
 
 

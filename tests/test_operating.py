@@ -406,3 +406,21 @@ def test_recycling_asks_for_growth_by_ratio_and_by_megabytes():
     assert not should_recycle(160 * mb, 150 * mb, 1.1, 16 * mb)  # under 1.1x
     assert not should_recycle(70 * mb, 50 * mb, 1.1, 32 * mb)  # 1.4x, but only 20 MB
     assert not should_recycle(900 * mb, 150 * mb, 0, 0)  # 0: never
+
+
+async def test_sigterm_before_the_worker_polls_exits_at_once_and_cleanly(tmp_path):
+    """Waiting for Temporal (or, the same, between a recycle's drain and the fresh process's
+    first poll): nothing runs, so SIGTERM ends it at once with 0, not killed by the signal."""
+    queue = f"early-{uuid.uuid4().hex[:8]}"
+    env = worker_env("http://127.0.0.1:9", tmp_path / "home", queue, f"127.0.0.1:{free_port()}")
+    log = tmp_path / "worker.log"
+    worker = start_worker(env, log)
+    try:
+        await wait_for(lambda: "not reachable yet" in log.read_text(), 60, "the wait")
+        worker.send_signal(signal.SIGTERM)
+        returncode = await asyncio.to_thread(worker.wait, 10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert returncode == 0, log.read_text()
+    assert "nothing is running; exiting" in log.read_text()
