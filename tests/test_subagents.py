@@ -260,3 +260,54 @@ async def test_a_background_agent_reports_at_the_next_iteration_boundary(
     last = bodies[3]["messages"][-1]
     assert last["role"] == "user" and "BACKGROUND REPORT: all good" in json.dumps(last)
     assert "background_agent_reports" in [t.value for t in result.transitions]
+
+
+async def test_an_interrupt_ends_a_sub_agents_running_command_with_the_prompt(
+    dev_env, store, workspace, task_queue
+):
+    """Esc while a sub-agent's Bash runs: the interrupt cancels the child workflow, which closes
+    at once; its tool's activity took that for a lost server and let the command run on until
+    the session ended (a fault campaign: 2 of 2 tries). Now it ends with the prompt."""
+    from activities.tools.environment import session_and_agents_prefixes, tagged_processes
+    from durable_agent.names import Signals
+    from durable_agent.wiring import build_worker
+    from tests.helpers import replay_client_factory, start_session
+
+    ticks = workspace / "ticks"
+    command = f"for i in $(seq 100); do echo t >> {ticks}; sleep 0.2; done"
+    worker_agent = AgentDef(
+        name="runner", description="Runs things", prompt="You are RUNNER-AGENT.",
+        tools=("Bash",), source="flag",
+    )  # fmt: skip
+    script = Script(
+        [
+            tool_turn([("a1", "Agent", {"description": "run", "prompt": "run it",
+                                        "subagent_type": "runner"})]),
+            text_turn("spare"),
+        ],
+        **{"RUNNER-AGENT": [tool_turn([("b1", "Bash", {"command": command})]),
+                            text_turn("spare")]},
+    )  # fmt: skip
+    with ReplayServer(script, strict=False) as server:
+        factory = replay_client_factory(server)
+        async with build_worker(dev_env.client, task_queue, store, factory):
+            sid, handle = await start_session(
+                dev_env.client, workspace, task_queue, "go", close_when_idle=False,
+                config={"agents": [worker_agent.model_dump()]},
+            )  # fmt: skip
+            await wait_for(ticks.exists, 60)
+            await handle.signal(Signals.INTERRUPT)
+            for _ in range(200):
+                status = await handle.query(SessionWorkflow.status)
+                if status.last_result is not None:
+                    break
+                await asyncio.sleep(0.1)
+            assert status.last_result is not None
+            assert status.last_result.terminal == Terminal.ABORTED_TOOLS
+            left = tagged_processes(session_and_agents_prefixes(sid), prefix=True)
+            counted = ticks.read_text().count("t")
+            await asyncio.sleep(1.0)
+            assert ticks.read_text().count("t") == counted, "the sub-agent's command runs on"
+            assert left == []
+            await handle.signal(Signals.CLOSE)
+            await asyncio.wait_for(handle.result(), 60)

@@ -25,7 +25,12 @@ with workflow.unsafe.imports_passed_through():
         find_agent,
         with_built_in,
     )
-    from durable_agent.engine.contracts import AgentReportInput, QueryInput, ToolCall
+    from durable_agent.engine.contracts import (
+        AgentReportInput,
+        EndToolProcessesInput,
+        QueryInput,
+        ToolCall,
+    )
     from durable_agent.engine.messages import ToolResultBlock, Usage
     from durable_agent.engine.state import (
         Attachments,
@@ -41,6 +46,10 @@ with workflow.unsafe.imports_passed_through():
 from workflows.hook_runs import HookRuns
 from workflows.hosting import Hosting
 from workflows.loop_context import LoopContext
+
+INTERRUPTED_AGENT_PROCESSES_PATCH = "interrupted-agent-processes-v1"
+"""An interrupted sub-agent's tool processes (and its own sub-agents') are ended once its
+workflow has closed; histories from before left them to the session's end."""
 
 
 def error_output(call: ToolCall, text: str) -> RunToolOutput:
@@ -228,11 +237,25 @@ class SubAgents:
                 )  # fmt: skip
             try:
                 result = await handle
+            except (asyncio.CancelledError, ChildWorkflowError):
+                if self._ctx.interrupted and workflow.patched(INTERRUPTED_AGENT_PROCESSES_PATCH):
+                    await self._end_processes(child_session)
+                raise
             finally:
                 self._running.pop(call.id, None)
         except ChildWorkflowError as exc:
             return error_output(call, f"The agent {agent.name} failed: {exc.cause or exc}")
         return await self._finished(call, agent_input, result, child_session, run_id)
+
+    async def _end_processes(self, child_session: str) -> None:
+        """What an interrupted sub-agent's tools left running: the interrupt cancels its
+        workflow, which closes at once, and its running tool's activity then takes the
+        workflow's absence for a server that lost it and lets the command run on."""
+        queue = self._hosting.workspace.host_queue if self._hosting.workspace else None
+        try:
+            await steps.end_tool_processes(EndToolProcessesInput(session_id=child_session), queue)
+        except ActivityError as exc:
+            workflow.logger.warning("could not end an interrupted agent's processes: %s", exc)
 
     async def _in_background(
         self,

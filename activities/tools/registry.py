@@ -427,10 +427,13 @@ class ToolActivities:
         """End what an interrupted tool call's runs left running on this machine: a run whose
         worker died meanwhile never heard its cancel, and its command goes on, orphaned, until
         the session ends."""
-        killed = await off_loop(kill_tagged, tool_tag_prefix(req.session_id, req.tool_use_id), True)
+        tags: str | tuple[str, ...] = session_and_agents_prefixes(req.session_id)
+        if req.tool_use_id is not None:
+            tags = tool_tag_prefix(req.session_id, req.tool_use_id)
+        killed = await off_loop(kill_tagged, tags, True)
         if killed:
             activity.logger.info(
-                "ended %d process(es) of interrupted tool call %s", killed, req.tool_use_id
+                "ended %d process(es) of interrupted %s", killed, req.tool_use_id or req.session_id
             )
         return EndProcessesOutput(killed=killed)
 

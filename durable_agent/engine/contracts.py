@@ -391,10 +391,11 @@ class EndProcessesOutput(BaseModel):
 
 
 class EndToolProcessesInput(BaseModel):
-    """The processes of one tool call's runs (every attempt's), after it was interrupted."""
+    """The processes of one tool call's runs (every attempt's) after it was interrupted; with
+    no tool_use_id, of every tool run of the (sub-agent's) session and of its own sub-agents."""
 
     session_id: str
-    tool_use_id: str
+    tool_use_id: str | None = None
 
 
 class ConfigChange(BaseModel):
