@@ -60,7 +60,7 @@ if __name__ == "__main__":
         hard_exit(0)
     else:
         try:
-            replace_process(recycled.settled)
+            replace_process(recycled.settled, recycled.host_queue)
         except OSError as exc:
             fail(
                 f"could not start afresh: {exc}",

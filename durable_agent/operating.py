@@ -249,12 +249,23 @@ SETTLED_ENV = "_DURABLE_AGENT_SETTLED_RSS"
 work, in bytes (read and removed from the environment at start)."""
 
 
+HOST_QUEUE_ENV = "_DURABLE_AGENT_HOST_QUEUE"
+"""A recycled worker's host queue, for the process that replaces it: the travelling workspaces
+it hosts are still in its home, and their sessions send their tools to that queue."""
+
+
+def inherited(name: str, env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+    """What the process this one replaced passed on in `name` (removed from the environment:
+    no tool sees it)."""
+    return env.pop(name, None) or None
+
+
 def inherited_settled_rss(env: dict[str, str] | os._Environ[str] = os.environ) -> int | None:
-    value = env.pop(SETTLED_ENV, "")
+    value = inherited(SETTLED_ENV, env) or ""
     return int(value) if value.isdigit() else None
 
 
-def replace_process(settled: int | None = None) -> None:
+def replace_process(settled: int | None = None, host_queue: str | None = None) -> None:
     """Run this process's command again in its place (`exec`: same pid, same arguments and
     environment, with `settled` for the new process's Recycler; file descriptors other than
     stdio close, as Python opens them close-on-exec), after flushing what it has to say."""
@@ -262,6 +273,8 @@ def replace_process(settled: int | None = None) -> None:
 
     if settled is not None:
         os.environ[SETTLED_ENV] = str(settled)
+    if host_queue is not None:
+        os.environ[HOST_QUEUE_ENV] = host_queue
     telemetry.shutdown()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -307,11 +320,14 @@ class Recycler:
         running: Callable[[], bool],
         say: Callable[[str], None] | None = None,
         settled: int | None = None,
+        host_queue: str | None = None,
     ) -> None:
         self.above, self.min_bytes = above, min_mb * 2**20
         self.running = running
         self.say = say or (lambda line: print(line, flush=True))
         self.settled = settled
+        self.host_queue = host_queue
+        """The worker's own host queue, passed on to the fresh process (HOST_QUEUE_ENV)."""
         """The lowest RSS idle after work: this process's, or the one it replaced
         (SETTLED_ENV), so that a fresh process's first burst is not taken as its idle size."""
         if settled is not None:

@@ -50,11 +50,13 @@ from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue
 from durable_agent import telemetry, temporal_config
 from durable_agent.mcp.connections import McpConnections
 from durable_agent.operating import (
+    HOST_QUEUE_ENV,
     Health,
     Recycler,
     WorkerSettings,
     child_processes,
     host_port,
+    inherited,
     inherited_settled_rss,
     promote_first_version,
     release_memory_when_idle,
@@ -83,10 +85,12 @@ def build_worker(
     model: ModelActivities | None = None,
     settings: WorkerSettings | None = None,
     workflows: list[type] | None = None,
+    host_queue: str | None = None,
 ) -> Worker | Workers:
     """The worker of `task_queue`; with a shared store (PostgresStore), also the worker of its
-    own host queue, where the tools and hooks of the travelling workspaces it hosts run.
-    `settings` (a worker process's, from its environment) override the concurrency given."""
+    own host queue (`host_queue`, else a new one), where the tools and hooks of the travelling
+    workspaces it hosts run. `settings` (a worker process's, from its environment) override the
+    concurrency given."""
     # A CLI's or a test's worker stops at once when its `async with` ends (what runs then is
     # cancelled and retried elsewhere): only `python worker.py` drains (its settings say so).
     settings = settings or WorkerSettings(
@@ -99,7 +103,7 @@ def build_worker(
     compaction = CompactionActivities(model)
     hosts = None
     if store.shared:
-        hosts = WorkspaceHosts(store, host_queue_of(task_queue))
+        hosts = WorkspaceHosts(store, host_queue or host_queue_of(task_queue))
     # WebFetch asks the model's client; the cron tools make Temporal client calls.
     # the MCP servers' connections of the sessions served here
     mcp = McpConnections(idle_seconds=settings.mcp_idle_seconds)
@@ -440,7 +444,9 @@ async def main() -> Recycler | None:
     print(f"worker on task queue {settings.task_queue!r} at {where}", flush=True)
     if server is not None:
         print(f"health on {settings.health_address} (/healthz, /readyz)", flush=True)
-    worker = build_worker(client, settings.task_queue, settings=settings)
+    # A recycled worker keeps its host queue: the workspaces it hosts are still here.
+    host_queue = inherited(HOST_QUEUE_ENV) or host_queue_of(settings.task_queue)
+    worker = build_worker(client, settings.task_queue, settings=settings, host_queue=host_queue)
     promoting = None
     if settings.deployment:
         build_id = settings.build_id or code_build_id()
@@ -455,6 +461,7 @@ async def main() -> Recycler | None:
             settings.recycle_min_mb,
             lambda: IN_FLIGHT.count > 0 or child_processes() > 0,
             settled=inherited_settled_rss(),
+            host_queue=host_queue,
         )
     releasing = asyncio.ensure_future(
         release_memory_when_idle(settings.idle_check_seconds, recycler=recycler)

@@ -424,3 +424,19 @@ async def test_sigterm_before_the_worker_polls_exits_at_once_and_cleanly(tmp_pat
             worker.kill()
     assert returncode == 0, log.read_text()
     assert "nothing is running; exiting" in log.read_text()
+
+
+def test_a_recycled_worker_passes_its_host_queue_and_idle_size_on_and_no_tool_sees_them(
+    monkeypatch,
+):
+    """The fresh process keeps the host queue (the travelling workspaces it hosts are still in
+    its home: a new queue made their sessions wait 15 s and take the workspace elsewhere, a
+    fault campaign found) and the idle size; both leave the environment at start."""
+    from durable_agent import operating
+
+    monkeypatch.setenv(operating.HOST_QUEUE_ENV, "durable-agent/host-0123456789ab")
+    monkeypatch.setenv(operating.SETTLED_ENV, "123456")
+    assert operating.inherited(operating.HOST_QUEUE_ENV) == "durable-agent/host-0123456789ab"
+    assert operating.inherited_settled_rss() == 123456
+    assert operating.HOST_QUEUE_ENV not in os.environ and operating.SETTLED_ENV not in os.environ
+    assert operating.inherited(operating.HOST_QUEUE_ENV) is None
