@@ -326,10 +326,10 @@ class Recycler:
         self.running = running
         self.say = say or (lambda line: print(line, flush=True))
         self.settled = settled
-        self.host_queue = host_queue
-        """The worker's own host queue, passed on to the fresh process (HOST_QUEUE_ENV)."""
         """The lowest RSS idle after work: this process's, or the one it replaced
         (SETTLED_ENV), so that a fresh process's first burst is not taken as its idle size."""
+        self.host_queue = host_queue
+        """The worker's own host queue, passed on to the fresh process (HOST_QUEUE_ENV)."""
         if settled is not None:
             self.say(f"idle size of the process it replaced: {settled / 2**20:.0f} MB RSS")
         self.wanted = asyncio.Event()

@@ -20,6 +20,7 @@ from durable_agent.engine.contracts import (
     CallModelOutput,
     EndProcessesInput,
     EndProcessesOutput,
+    EndToolProcessesInput,
     RunToolInput,
     RunToolOutput,
     StopHooksInput,
@@ -103,6 +104,7 @@ class Fakes:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     tool_started: asyncio.Event = field(default_factory=asyncio.Event)
     ended_sessions: list[str] = field(default_factory=list)
+    ended_tools: list[str | None] = field(default_factory=list)
 
     @activity.defn(name=Activities.CALL_MODEL)
     async def call_model(self, req: CallModelInput) -> CallModelOutput:
@@ -186,6 +188,11 @@ class Fakes:
         self.ended_sessions.append(req.session_id)
         return EndProcessesOutput(killed=0)
 
+    @activity.defn(name=Activities.END_TOOL_PROCESSES)
+    async def end_tool_processes(self, req: EndToolProcessesInput) -> EndProcessesOutput:
+        self.ended_tools.append(req.tool_use_id)
+        return EndProcessesOutput(killed=0)
+
     def worker(self, client: Client, task_queue: str, **kwargs: object) -> Worker:
         self.client = client
         return Worker(
@@ -198,6 +205,7 @@ class Fakes:
                 self.append_entry,
                 self.transcript_location,
                 self.end_session_processes,
+                self.end_tool_processes,
             ],
             **kwargs,  # type: ignore[arg-type]
         )

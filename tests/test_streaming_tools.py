@@ -199,6 +199,7 @@ async def test_interrupt_while_tools_run(ts_env, task_queue):
     r1, b1 = fakes.appended[0].entry.results
     assert r1.inline is not None and r1.inline.content == INTERRUPTED_TOOL
     assert b1.inline is not None and b1.inline.content == NOT_RUN_TOOL
+    assert fakes.ended_tools == ["r1"]  # the interrupted tool's processes, not the unrun one's
 
 
 async def test_streaming_off_runs_tools_after_the_stream(ts_env, task_queue):

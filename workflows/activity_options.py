@@ -76,6 +76,12 @@ or says the call was interrupted and may have partly run (run_tool's started/fin
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=20)
 STORE_TIMEOUT = timedelta(seconds=10)
 """Store steps take milliseconds: a worker killed inside one is noticed by this timeout."""
+END_TOOL_PROCESSES_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500), maximum_attempts=3
+)
+"""Ending an interrupted tool's processes is a best effort the interrupt waits for: a host that
+cannot do it in three tries has lost them anyway (its worker died, and they with its session's
+process group), and the interrupted turn must not wait minutes for it."""
 
 
 def model_retry_policy(cfg: ModelCallConfig) -> RetryPolicy:
@@ -339,7 +345,7 @@ def end_tool_processes(
         schedule_to_start_timeout=_start_timeout(host_queue),
         result_type=EndProcessesOutput,
         start_to_close_timeout=STORE_TIMEOUT,
-        retry_policy=STORE_RETRY,
+        retry_policy=END_TOOL_PROCESSES_RETRY,
         summary="end an interrupted tool's processes",
     )
 
