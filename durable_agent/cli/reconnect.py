@@ -23,9 +23,13 @@ TRANSIENT = frozenset(
         RPCStatusCode.ABORTED,
         RPCStatusCode.INTERNAL,
         RPCStatusCode.UNKNOWN,
+        RPCStatusCode.CANCELLED,
     }
 )
-"""What an unreachable, restarting or overloaded server answers; anything else is an answer."""
+"""What an unreachable, restarting or overloaded server answers; anything else is an answer.
+CANCELLED is the transport's word for a connection that closed before the call was sent (the
+old address of a restarted dev server, taken by someone who hangs up): the CLI never cancels an
+RPC itself (its own cancellations are asyncio's), so it means the server is away."""
 
 
 def is_outage(exc: BaseException) -> bool:
