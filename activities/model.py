@@ -601,7 +601,7 @@ class ModelActivities:
         parent, chain = chain_with_pending(
             self.store, sid, req.parent_uuid, req.new_user, defer_sync=True
         )
-        stored = self.store.entries(sid).get(req.assistant_uuid)
+        stored = self.store.entry(sid, req.assistant_uuid)
         if stored is not None and stored.message is not None:
             return parent, None, None, stored.message
         servers = server_tools(req.config.web_search, req.config.permissions)

@@ -194,9 +194,19 @@ class TranscriptStore:
 
     def entries(self, session_id: str) -> dict[str, TranscriptEntry]:
         with self._cache_lock:
-            return self._entries(self.transcript_path(session_id))
+            return dict(self._parsed(self.transcript_path(session_id)))
+
+    def entry(self, session_id: str, uuid: str) -> TranscriptEntry | None:
+        """One entry, without copying the session's whole map as `entries` does."""
+        with self._cache_lock:
+            return self._parsed(self.transcript_path(session_id)).get(uuid)
 
     def _entries(self, path: Path) -> dict[str, TranscriptEntry]:
+        return dict(self._parsed(path))
+
+    def _parsed(self, path: Path) -> dict[str, TranscriptEntry]:
+        """The cached map of `path`'s entries, read up to its end (the cache's own: not to be
+        changed or kept beyond the lock)."""
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -217,7 +227,7 @@ class TranscriptStore:
                     entry = TranscriptEntry.model_validate_json(line)
                     parsed.entries.setdefault(entry.uuid, entry)
             parsed.offset += len(complete)
-        return dict(parsed.entries)
+        return parsed.entries
 
     def append(
         self,
@@ -244,7 +254,7 @@ class TranscriptStore:
         self, session_id: str, entry: TranscriptEntry, sync: bool = True
     ) -> TranscriptEntry:
         with self._locked(session_id) as path:
-            existing = self.entries(session_id).get(entry.uuid)
+            existing = self.entry(session_id, entry.uuid)
             if existing is not None:
                 if sync:  # an earlier attempt (maybe another process's) may have left it
                     self._sync_path(path, force=True)  # unsynced: rare, so always synced
@@ -427,7 +437,7 @@ class TranscriptStore:
         )
 
     def tool_use(self, session_id: str, assistant_uuid: str, tool_use_id: str) -> ToolUseBlock:
-        entry = self.entries(session_id).get(assistant_uuid)
+        entry = self.entry(session_id, assistant_uuid)
         if entry is None:
             early = self._get_record(session_id, "early", _early_key(assistant_uuid, tool_use_id))
             if early is not None:

@@ -199,21 +199,29 @@ class PostgresStore(TranscriptStore):
 
     def entries(self, session_id: str) -> dict[str, TranscriptEntry]:
         with self._cache_lock:
-            seen = self._seen.setdefault(session_id, _Seen())
-            self._seen.move_to_end(session_id)
-            while len(self._seen) > CACHED_TRANSCRIPTS:
-                self._seen.popitem(last=False)
-            with self.db.transaction() as cur:
-                cur.execute(
-                    "SELECT seq, body FROM entries WHERE session_id = %s AND seq > %s ORDER BY seq",
-                    (session_id, seen.seq),
-                )
-                rows = cur.fetchall()
-            for seq, body in rows:
-                entry = TranscriptEntry.model_validate_json(body)
-                seen.entries.setdefault(entry.uuid, entry)
-                seen.seq = seq
-            return dict(seen.entries)
+            return dict(self._read(session_id))
+
+    def entry(self, session_id: str, uuid: str) -> TranscriptEntry | None:
+        with self._cache_lock:
+            return self._read(session_id).get(uuid)
+
+    def _read(self, session_id: str) -> dict[str, TranscriptEntry]:
+        """The cached map of the session's entries, read up to its last (under the lock)."""
+        seen = self._seen.setdefault(session_id, _Seen())
+        self._seen.move_to_end(session_id)
+        while len(self._seen) > CACHED_TRANSCRIPTS:
+            self._seen.popitem(last=False)
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT seq, body FROM entries WHERE session_id = %s AND seq > %s ORDER BY seq",
+                (session_id, seen.seq),
+            )
+            rows = cur.fetchall()
+        for seq, body in rows:
+            entry = TranscriptEntry.model_validate_json(body)
+            seen.entries.setdefault(entry.uuid, entry)
+            seen.seq = seq
+        return seen.entries
 
     def append_entry(
         self, session_id: str, entry: TranscriptEntry, sync: bool = True
