@@ -13,6 +13,7 @@ import re
 import shutil
 import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,9 @@ class WorkspaceHosts:
         return self._dir(session_id) / "tree"
 
     def _lock(self, session_id: str) -> threading.Lock:
+        """The lock of the session's copy (keyed by its folder's name: a name is its own)."""
         with self._guard:
-            return self._locks.setdefault(session_id, threading.Lock())
+            return self._locks.setdefault(self._dir(session_id).name, threading.Lock())
 
     def _record(self, session_id: str) -> tuple[str, Manifest] | None:
         path = self._dir(session_id) / "at.json"
@@ -95,6 +97,8 @@ class WorkspaceHosts:
             if record is None and tree.exists():
                 shutil.rmtree(tree)  # a copy whose record was lost: made again whole
             tree.mkdir(parents=True, exist_ok=True)
+            if record is None:  # whose copy it is, for `sweep` (the folder's name is sanitised)
+                (self._dir(session_id) / "session").write_text(session_id, encoding="utf-8")
             previous = record[1] if record is not None else None
             made = materialise(wanted, blobs, tree, previous=previous)
             self._save(session_id, checkpoint_id, made)
@@ -121,11 +125,67 @@ class WorkspaceHosts:
         )
 
     def drop(self, session_id: str) -> None:
-        """The session has ended: its copy and its lock go."""
-        with self._lock(session_id):
-            shutil.rmtree(self._dir(session_id), ignore_errors=True)
+        """The session has ended: its copy and its sub-agents' (each worked in a copy of its
+        own, `<session>.agent-<call>`, workflows/agents.py) go, with their locks."""
+        agents = self._dir(session_id).name + ".agent-"
+        try:
+            theirs = [p.name for p in self.root.iterdir() if p.name.startswith(agents)]
+        except FileNotFoundError:
+            theirs = []
+        for name in [self._dir(session_id).name, *theirs]:
+            with self._lock(name):
+                shutil.rmtree(self.root / name, ignore_errors=True)
+            with self._guard:
+                self._locks.pop(name, None)
+
+    def held(self) -> dict[str, str]:
+        """The copies here: folder name → the session (or sub-agent) id it is a copy for."""
+        try:
+            folders = [p for p in self.root.iterdir() if p.is_dir()]
+        except FileNotFoundError:
+            return {}
+        held = {}
+        for folder in folders:
+            try:
+                held[folder.name] = (folder / "session").read_text(encoding="utf-8").strip()
+            except FileNotFoundError:  # made before copies named their session
+                held[folder.name] = folder.name
+        return held
+
+    def drop_unused(self, name: str) -> bool:
+        """Drop the copy in folder `name` unless a step is using it now; True if dropped."""
+        lock = self._lock(name)
+        if not lock.acquire(blocking=False):
+            return False
+        try:
+            shutil.rmtree(self.root / name, ignore_errors=True)
+        finally:
+            lock.release()
         with self._guard:
-            self._locks.pop(session_id, None)
+            self._locks.pop(name, None)
+        return True
+
+
+def owning_session(copy_for: str) -> str:
+    """The session a copy belongs to: its own id, or for a sub-agent's copy its session's
+    (`<session>.agent-<call>`, nested for a sub-agent's sub-agents)."""
+    return copy_for.split(".agent-", 1)[0]
+
+
+async def sweep(
+    hosts: WorkspaceHosts, session_open: Callable[[str], Awaitable[bool | None]]
+) -> int:
+    """Drop the copies of sessions that have ended: a session's end drops its copies on the
+    host it has then, so a former host (the session moved away while it lived: a worker that
+    stalled or restarted past HOST_START_TIMEOUT) or a host that was down when the session
+    ended keeps them. `session_open(id)`: True (running), False (closed), None (unknown: its
+    workflow is not found, or Temporal did not answer) — only False drops. The number dropped."""
+    dropped = 0
+    for name, copy_for in (await off_loop(hosts.held)).items():
+        if await session_open(owning_session(copy_for)) is False:
+            if await off_loop(hosts.drop_unused, name):
+                dropped += 1
+    return dropped
 
 
 class WorkspaceActivities:

@@ -24,6 +24,9 @@ work, it replaces itself with a fresh process (same command, same pid: a drain w
 to wait for, then exec). Python's allocator keeps the arenas a few surviving objects pin after
 a burst of sessions (bench/README.md, "Sessions per worker"); only a new process gives them
 back. Its sessions lose nothing: their next tasks replay them. 0 never recycles.
+WORKSPACE_SWEEP_SECONDS (600; with a shared store): at start and this often the worker drops
+the copies of travelling workspaces it holds for sessions that have ended (a session's end
+drops them only on the host it has then; a former host keeps its copy). 0 never sweeps.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ IDLE_CPU_SHARE = 0.02
 RECYCLE_ABOVE = 1.1
 RECYCLE_MIN_MB = 16.0
 
+WORKSPACE_SWEEP_SECONDS = 600.0
+
 MCP_IDLE_SECONDS = 1800.0
 """A worker closes a session's MCP connection unused for this long (the next call reopens it):
 `python worker.py` reads DURABLE_AGENT_MCP_IDLE_SECONDS (0: until the session ends), the worker
@@ -85,6 +90,8 @@ class WorkerSettings(BaseModel):
     recycle_above: float = Field(RECYCLE_ABOVE, ge=0)
     """Idle RSS over this many times the lowest idle-after-work RSS: a fresh process (0: never)."""
     recycle_min_mb: float = Field(RECYCLE_MIN_MB, ge=0)
+    workspace_sweep_seconds: float = Field(WORKSPACE_SWEEP_SECONDS, ge=0)
+    """How often the copies of ended sessions' workspaces are looked for and dropped (0: never)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> WorkerSettings:

@@ -46,7 +46,7 @@ from activities.tools import ToolActivities
 from activities.tools.environment import protect_worker_process
 from activities.transcript import StoreActivities, TranscriptStore
 from activities.turns import TurnActivities
-from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue_of
+from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue_of, sweep
 from durable_agent import telemetry, temporal_config
 from durable_agent.mcp.connections import McpConnections
 from durable_agent.operating import (
@@ -147,7 +147,9 @@ def build_worker(
     if hosts is not None:
         checkpoint = WorkspaceActivities(hosts).checkpoint_workspace
         group.append(_worker(client, hosts.host_queue, [*place, checkpoint], settings))
-    return main if len(group) == 1 else Workers(group)
+    if len(group) == 1:
+        return main
+    return Workers(group, hosts, settings.workspace_sweep_seconds)
 
 
 def _model_worker(client: Client, model: ModelActivities, settings: WorkerSettings) -> Worker:
@@ -172,10 +174,15 @@ def _model_worker(client: Client, model: ModelActivities, settings: WorkerSettin
 
 class Workers:
     """A process's workers run together: the shared queue's, and the fleet's model queue's and
-    this process's host queue's when it has them. The first is the main one."""
+    this process's host queue's when it has them. The first is the main one. While they run,
+    a host drops the workspace copies of ended sessions every `sweep_seconds` (`sweeping`)."""
 
-    def __init__(self, group: list[Worker]) -> None:
+    def __init__(
+        self, group: list[Worker], hosts: WorkspaceHosts | None = None, sweep_seconds: float = 0
+    ) -> None:
         self.group = group
+        self.hosts = hosts
+        self.sweep_seconds = sweep_seconds
 
     @property
     def client(self) -> Client:
@@ -209,7 +216,42 @@ class Workers:
             raise failure
 
     async def run(self) -> None:
-        await asyncio.gather(*(worker.run() for worker in self.group))
+        sweeper = None
+        if self.hosts is not None and self.sweep_seconds > 0:
+            sweeper = asyncio.ensure_future(sweeping(self.hosts, self.client, self.sweep_seconds))
+        try:
+            await asyncio.gather(*(worker.run() for worker in self.group))
+        finally:
+            if sweeper is not None:
+                sweeper.cancel()
+
+
+async def session_open(client: Client, session_id: str) -> bool | None:
+    """Whether the session's workflow (its id is the session's) runs: None when Temporal does
+    not know it (never started under that id, or past the namespace's retention) or does not
+    answer."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    try:
+        described = await client.get_workflow_handle(session_id).describe()
+    except RPCError:
+        return None
+    return described.status == WorkflowExecutionStatus.RUNNING
+
+
+async def sweeping(hosts: WorkspaceHosts, client: Client, interval: float) -> None:
+    """`sweep` at once (copies of sessions that ended while this worker was down), then every
+    `interval` seconds."""
+    while True:
+        try:
+            dropped = await sweep(hosts, lambda sid: session_open(client, sid))
+        except Exception as exc:  # noqa: BLE001 — a sweep is housekeeping: it tries again
+            print(f"workspace sweep failed: {exc!r}", flush=True)
+        else:
+            if dropped:
+                print(f"dropped {dropped} workspace copies of ended sessions", flush=True)
+        await asyncio.sleep(interval)
 
     async def shutdown(self) -> None:
         await asyncio.gather(*(worker.shutdown() for worker in self.group))

@@ -254,3 +254,101 @@ async def test_a_travelling_sessions_mcp_connections_are_closed_on_its_host(
     assert placed["close_mcp_session"] == host
     assert outcomes["close_mcp_session"] == {"closed": 1}  # the one the host's call opened
     store.db.close()
+
+
+async def test_a_sub_agents_copy_of_a_travelling_workspace_goes_with_the_session(
+    dev_env, tmp_path, pg_url, task_queue
+):
+    """A sub-agent works in a copy of its own on the host (its session id's), made from the
+    parent's checkpoint; its changes come back as the parent's checkpoint, and when the session
+    ends no copy is left under the host's home: neither the parent's nor the sub-agent's."""
+    from typing import Any
+
+    from durable_agent.replay import Turn
+    from durable_agent.workspace import load_manifest, snapshot, store_manifest
+    from tests.helpers import start_session
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    store = PostgresStore(tmp_path / "host-home", pg_url)
+    base = store_manifest(snapshot(ws, store.blobs()), store.blobs())
+    parent = [
+        tool_turn([("a1", "Agent", {"description": "d", "prompt": "write c.txt"})]),
+        text_turn("parent done"),
+    ]
+    child = [
+        tool_turn([("w1", "Write", {"file_path": str(ws / "c.txt"), "content": "c\n"})]),
+        text_turn("child wrote c.txt"),
+    ]
+
+    def route(body: dict[str, Any], index: int) -> Turn:
+        first = body["messages"][0]["content"][0].get("text")
+        return child.pop(0) if first == "write c.txt" else parent.pop(0)
+
+    with ReplayServer(route) as server:
+        worker = build_worker(dev_env.client, task_queue, store, replay_client_factory(server))
+        async with worker:
+            _, handle = await start_session(dev_env.client, ws, task_queue, checkpoint_id=base)
+            status = await handle.result()
+    result = status.last_result
+    assert result is not None and result.workspace is not None, status
+    assert result.final_text == "parent done"
+    final = load_manifest(result.workspace.checkpoint_id, store.blobs())
+    assert sorted(final.files) == ["a.txt", "c.txt"]  # the sub-agent's file is the session's
+    left = sorted(p.name for p in (tmp_path / "host-home" / "workspaces").iterdir())
+    assert left == []
+    store.db.close()
+
+
+async def test_a_host_drops_the_copies_of_ended_sessions_it_was_left_with(
+    dev_env, tmp_path, pg_url, task_queue
+):
+    """A former host (the session moved away, or it was down when the session ended) keeps
+    its copies: its worker process sweeps them (`Workers.run`: at start, then every
+    WORKSPACE_SWEEP_SECONDS), dropping those of ended sessions (a sub-agent's with its
+    session's) and keeping a running session's, one Temporal does not know and one in use."""
+    from durable_agent.operating import WorkerSettings
+    from durable_agent.wiring import Workers, session_open
+    from durable_agent.workspace import snapshot, store_manifest
+    from tests.helpers import start_session
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    store = PostgresStore(tmp_path / "host-home", pg_url)
+    base = store_manifest(snapshot(ws, store.blobs()), store.blobs())
+    settings = WorkerSettings(drain_seconds=0, workspace_sweep_seconds=0.2)
+    with ReplayServer([text_turn("Done."), text_turn("Done.")]) as server:
+        worker = build_worker(
+            dev_env.client, task_queue, store, replay_client_factory(server), settings=settings
+        )
+        assert isinstance(worker, Workers) and worker.hosts is not None
+        hosts = worker.hosts
+        runner = asyncio.ensure_future(worker.run())
+        running, open_handle = await start_session(
+            dev_env.client, ws, task_queue, close_when_idle=False
+        )
+        ended, handle = await start_session(dev_env.client, ws, task_queue)
+        try:
+            await handle.result()
+            assert await session_open(dev_env.client, ended) is False
+            assert await session_open(dev_env.client, running) is True
+            assert await session_open(dev_env.client, "never-started") is None
+            for copy_for in [ended, f"{ended}.agent-a1", running, "never-started"]:
+                await asyncio.to_thread(hosts.ensure, copy_for, base)
+            kept = sorted([running, "never-started"])
+            for _ in range(100):
+                if sorted(hosts.held().values()) == kept:
+                    break
+                await asyncio.sleep(0.1)
+            assert sorted(hosts.held().values()) == kept
+            with hosts._lock(running):  # a step is using it: never dropped, whatever its session
+                assert not hosts.drop_unused(running)
+            assert sorted(hosts.held().values()) == kept
+        finally:
+            await open_handle.terminate()
+            for each in worker.group:
+                await each.shutdown()
+            await runner
+    store.db.close()
