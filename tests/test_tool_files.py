@@ -135,3 +135,65 @@ async def test_a_nul_byte_in_a_path_is_the_same_clear_error_everywhere(ws, tool,
 async def test_a_nul_byte_in_a_grep_pattern_says_how_to_write_it(ws):
     out = await run("Grep", ws, pattern="a\x00b")
     assert out.is_error and "write it as \\x00" in out.content
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+from activities.tools.files import write_regular
+print("ready", flush=True)
+sys.stdin.readline()
+write_regular(Path(sys.argv[1]), "big.txt", b"n" * int(sys.argv[2]))
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1, 0.2])
+def test_a_writer_killed_mid_write_leaves_the_old_content_or_the_new(ws, delay):
+    """Edit and Write replace a file whole or not at all: a worker SIGKILLed while writing
+    (here a process writing 24 MB, killed at several points) leaves the old bytes or the new,
+    never a file cut short, and no temporary file in the workspace."""
+    import subprocess
+    import sys
+
+    big = ws / "big.txt"
+    old = b"o" * 6_000_000
+    big.write_bytes(old)
+    size = 24_000_000
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(big), str(size)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline() == b"ready\n"
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    time.sleep(delay)
+    proc.kill()
+    proc.wait()
+    data = big.read_bytes()
+    assert data == old or data == b"n" * size, f"{len(data)} bytes left"
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "big.txt"]
+
+
+async def test_a_written_file_keeps_its_mode_and_a_hard_linked_one_its_links(ws):
+    target = ws / "a.txt"
+    target.chmod(0o640)
+    await run("Edit", ws, file_path=str(target), old_string="alpha", new_string="gamma")
+    assert target.read_text() == "gamma\nbeta\n"
+    assert target.stat().st_mode & 0o777 == 0o640
+    os.link(target, ws / "twin.txt")  # two names, one file: written in place
+    inode = target.stat().st_ino
+    await run("Write", ws, file_path=str(target), content="delta\n")
+    assert (ws / "twin.txt").read_text() == "delta\n" and target.stat().st_ino == inode
+    created = await run("Write", ws, file_path=str(ws / "new" / "b.txt"), content="b\n")
+    assert "created" in created.content.lower() or (ws / "new" / "b.txt").read_text() == "b\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (ws / "new" / "b.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+async def test_replace_all_of_one_occurrence_says_one_occurrence(ws):
+    out = await run("Edit", ws, file_path=str(ws / "a.txt"), old_string="beta",
+                    new_string="b", replace_all=True)  # fmt: skip
+    assert "(1 occurrence replaced)" in out.content

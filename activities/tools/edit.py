@@ -35,7 +35,7 @@ def _edit(args: EditInput, ws: Workspace) -> ToolOutput:
         )
     updated = text.replace(args.old_string, args.new_string)
     write_regular(path, shown, encoded(updated, "new_string"))
-    done = f"{count} occurrences" if args.replace_all else "1 occurrence"
+    done = f"{count} occurrences" if args.replace_all and count != 1 else "1 occurrence"
     return ToolOutput(f"The file {shown} has been updated ({done} replaced).")
 
 

@@ -115,12 +115,22 @@ def read_regular(path: Path, shown: str) -> bytes:
 
 
 def write_regular(path: Path, shown: str, data: bytes) -> None:
-    """Replace the file's content in place (its inode, mode and links stay), creating it and
-    its folders when missing."""
+    """Give the file `data` as its content, whole or not at all, creating it and its folders
+    when missing: `data` goes to a temporary file beside it, made durable, then renamed over
+    it (its mode and owner kept), so a worker killed mid-write leaves the old content or the
+    new, never a file cut short (a fault campaign emptied a 6 MB file 3 times in 3 with the
+    in-place write). Where a rename would change what the file is — other hard links to it,
+    an owner it cannot be given back, a folder it may not create files in — it is written in
+    place as before (its inode, mode and links stay)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ToolError(f"cannot create the folder of {shown}: {exc.strerror}") from exc
+    if not _replace(path, shown, data, create=True):
+        _write_in_place(path, shown, data)
+
+
+def _write_in_place(path: Path, shown: str, data: bytes) -> None:
     with open_regular(path, shown, write=True) as handle:
         try:
             handle.write(data)
@@ -130,10 +140,34 @@ def write_regular(path: Path, shown: str, data: bytes) -> None:
 
 
 def replace_regular(path: Path, shown: str, data: bytes) -> None:
-    """Replace an existing regular file whole or not at all: `data` goes to a temporary file
-    beside it (with its mode), made durable, then renamed over it, so a crash or a reader
-    never sees half a file (a notebook cut short is no longer JSON). The folder is opened as
-    `open_regular` opens it, and the file is made and renamed inside that very folder."""
+    """Replace an existing regular file whole or not at all (a notebook cut short is no
+    longer JSON): as `write_regular`, but the file must exist and is never written in place."""
+    _replace(path, shown, data, create=False, in_place_ok=False)
+
+
+def _temp_file(folder: int, name: str, mode: int) -> tuple[int, bool]:
+    """A file to write the new content to, in `folder`: unnamed where the system allows it
+    (O_TMPFILE: a process killed while writing leaves nothing in the workspace; it is linked
+    as `name` just before the rename), else created as `name`. The fd and whether it is named."""
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile and os.path.isdir("/proc/self/fd"):
+        try:
+            return os.open(".", tmpfile | os.O_WRONLY | os.O_CLOEXEC, mode, dir_fd=folder), False
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+                raise
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(name, flags, mode, dir_fd=folder), True
+
+
+_IN_PLACE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+"""A temporary file the folder does not allow: the file itself may still be writable."""
+
+
+def _replace(path: Path, shown: str, data: bytes, create: bool, in_place_ok: bool = True) -> bool:
+    """`data` to a temporary file beside `path` (with its mode and owner), made durable, then
+    renamed over it, inside the very folder `open_regular` would open. False, having written
+    nothing, when the file should be written in place instead (`in_place_ok`)."""
     moved = (
         f"{shown} changed while it was being written (a symbolic link was put in its path); "
         "nothing was written"
@@ -143,28 +177,57 @@ def replace_regular(path: Path, shown: str, data: bytes) -> None:
     except OSError as exc:
         raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
     temp = f".{path.name}.{secrets.token_hex(4)}.tmp"
+    made = False
     try:
         if not _is_folder(folder, path.parent):
             raise ToolError(moved)
         try:
-            mode = os.stat(path.name, dir_fd=folder, follow_symlinks=False).st_mode
+            info: os.stat_result | None = os.stat(path.name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            if not create:
+                raise ToolError(f"cannot open {shown}: no such file") from None
+            info = None
         except OSError as exc:
             raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
-        check_regular(mode, shown)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        if info is not None:
+            if stat.S_ISLNK(info.st_mode):
+                raise ToolError(moved)
+            check_regular(info.st_mode, shown)
+            if info.st_nlink > 1 and in_place_ok:
+                return False  # a rename would part this name from the file's other links
         try:
-            fd = os.open(temp, flags, 0o600, dir_fd=folder)
+            # A new file gets what open(O_CREAT, 0o666) would give it (the umask applies).
+            fd, named = _temp_file(folder, temp, 0o600 if info is not None else 0o666)
+        except OSError as exc:
+            if in_place_ok and exc.errno in _IN_PLACE_ERRNOS:
+                return False
+            raise ToolError(f"could not write {shown}: {exc.strerror}") from exc
+        made = named
+        try:
             with os.fdopen(fd, "wb") as handle:
+                if info is not None:
+                    if (info.st_uid, info.st_gid) != (os.geteuid(), os.getegid()):
+                        try:
+                            os.fchown(fd, info.st_uid, info.st_gid)
+                        except PermissionError:
+                            if in_place_ok:
+                                return False  # renamed, it would change hands
+                    os.fchmod(fd, stat.S_IMODE(info.st_mode))
                 handle.write(data)
                 handle.flush()
-                os.fchmod(fd, stat.S_IMODE(mode))
                 os.fsync(fd)
+                if not named:  # only now does it get a name, for the rename
+                    os.link(f"/proc/self/fd/{fd}", temp, dst_dir_fd=folder)
+                    made = True
             os.replace(temp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+            made = False
         except OSError as exc:
+            raise ToolError(f"could not write {shown}: {exc.strerror}") from exc
+        return True
+    finally:
+        if made:
             with suppress(OSError):
                 os.unlink(temp, dir_fd=folder)
-            raise ToolError(f"could not write {shown}: {exc.strerror}") from exc
-    finally:
         os.close(folder)
 
 
