@@ -43,7 +43,7 @@ from activities.model import ClientFactory, ModelActivities, default_client
 from activities.schedules import ScheduleActivities
 from activities.summaries import SummaryActivities
 from activities.tools import ToolActivities
-from activities.tools.environment import protect_worker_process
+from activities.tools.environment import mcp_run_tag, protect_worker_process
 from activities.transcript import StoreActivities, TranscriptStore
 from activities.turns import TurnActivities
 from activities.workspace import WorkspaceActivities, WorkspaceHosts, host_queue_of, sweep
@@ -106,7 +106,7 @@ def build_worker(
         hosts = WorkspaceHosts(store, host_queue or host_queue_of(task_queue))
     # WebFetch asks the model's client; the cron tools make Temporal client calls.
     # the MCP servers' connections of the sessions served here
-    mcp = McpConnections(idle_seconds=settings.mcp_idle_seconds)
+    mcp = McpConnections(idle_seconds=settings.mcp_idle_seconds, tag=mcp_run_tag)
     tools = ToolActivities(store, hosts, model.client, temporal=client, mcp=mcp)
     servers = McpActivities(mcp)
     stores = StoreActivities(store)

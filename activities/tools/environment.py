@@ -163,6 +163,57 @@ def session_and_agents_prefixes(session_id: str) -> tuple[str, str]:
     return session_tag_prefix(session_id), f"{session_id}.agent-"
 
 
+def _started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot), or None when there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def mcp_tag(session_id: str) -> str:
+    """The tag of the MCP servers this worker process starts for a session: under the
+    session's prefix (its end sweeps them) and naming this process (pid and start time), so
+    that a server whose worker died is known for an orphan (`kill_orphaned_mcp_servers`)."""
+    return f"{session_tag_prefix(session_id)}mcp/{os.getpid()}.{_started(os.getpid())}"
+
+
+def mcp_run_tag(session_id: str) -> dict[str, str]:
+    """The environment variable that tags a session's MCP server (`mcp_tag`)."""
+    return {RUN_TAG_NAME: mcp_tag(session_id)}
+
+
+def _tag_of(pid: int) -> str | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    needle = f"{RUN_TAG_NAME}=".encode()
+    for entry in environ.split(b"\0"):
+        if entry.startswith(needle):
+            return entry[len(needle) :].decode(errors="replace")
+    return None
+
+
+def kill_orphaned_mcp_servers(session_id: str) -> int:
+    """SIGKILL the session's MCP servers on this machine whose worker process is gone: a
+    killed worker's stdio server (and what it started) lives on, and a call it was serving
+    goes on with its side effects after the call was taken over and reported interrupted."""
+    killed = 0
+    for pid in tagged_processes(f"{session_tag_prefix(session_id)}mcp/", prefix=True):
+        tag = _tag_of(pid)
+        if tag is None:
+            continue
+        owner, _, started = tag.rsplit("/", 1)[1].partition(".")
+        if owner.isdigit() and _started(int(owner)) == started:
+            continue  # its worker lives: a connection of that worker's
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return killed
+
+
 def tagged_processes(tag: str | tuple[str, ...], prefix: bool = False) -> list[int]:
     """Live processes of this machine whose environment carries `RUN_TAG_NAME=tag` (with
     `prefix`, any tag that starts with `tag`; several tags: any of them)."""

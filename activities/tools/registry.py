@@ -24,6 +24,7 @@ from activities.tools.edit import run_edit
 from activities.tools.environment import (
     RUN_TAG,
     SETTINGS_ENV,
+    kill_orphaned_mcp_servers,
     kill_tagged,
     session_and_agents_prefixes,
     tool_tag_prefix,
@@ -457,6 +458,8 @@ class ToolActivities:
                 if finished is not None:
                     return finished
                 await off_loop(kill_tagged, _run_tag(req))  # what the lost attempt left running
+                if req.mcp_server is not None:  # a dead worker's server may still run the call
+                    await off_loop(kill_orphaned_mcp_servers, req.session_id)
                 return ToolOutput(INTERRUPTED_TEXT, is_error=True)
             try:
                 await off_loop(self._mark_started, req)

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import os
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -52,8 +53,12 @@ def _client_info() -> types.Implementation:
 class Connection:
     """One server for one session: its holding task, its session, whether it lives."""
 
-    def __init__(self, spec: McpServerSpec, cwd: str | None) -> None:
+    def __init__(
+        self, spec: McpServerSpec, cwd: str | None, tag: Mapping[str, str] | None = None
+    ) -> None:
         self.spec = spec
+        self.tag = tag
+        """Added to a stdio server's environment: the session's MCP run tag."""
         self.cwd = cwd if cwd and os.path.isdir(cwd) else None
         """Where a stdio server starts: the workspace, when this worker has it."""
         self.session: ClientSession | None = None
@@ -105,7 +110,9 @@ class Connection:
     async def _hold(self, ready: asyncio.Future[None]) -> None:
         """Enter the transport and the session, initialize, then hold them until woken."""
         try:
-            async with open_transport(self.spec, self.cwd, self._stderr, self._saw_status) as (
+            async with open_transport(
+                self.spec, self.cwd, self._stderr, self._saw_status, self.tag
+            ) as (
                 read,
                 write,
             ):

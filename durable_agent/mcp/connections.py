@@ -16,7 +16,7 @@ result, each with a one-line notice for the status line.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +48,14 @@ class McpConnections:
         self,
         connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
         idle_seconds: float = MCP_IDLE_SECONDS,
+        tag: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.idle_seconds = idle_seconds
+        self.tag = tag
+        """A session's variables for the environment of the stdio servers started for it (its
+        run tag: the session's end, or the takeover of a call a dead worker was serving, finds
+        the servers by it)."""
         self._open: dict[tuple[str, str], Connection] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._lost: set[tuple[str, str]] = set()
@@ -108,7 +113,7 @@ class McpConnections:
                 await old.close()
             from durable_agent.mcp.connection import Connection
 
-            conn = Connection(spec, cwd)
+            conn = Connection(spec, cwd, self.tag(session_id) if self.tag else None)
             await conn.open(self.connect_timeout)
             conn.tools_changed.set()  # until listed: its tools may differ from those recorded
             self._open[key] = conn

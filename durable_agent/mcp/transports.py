@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -115,10 +115,12 @@ async def open_transport(
     cwd: str | None,
     stderr: StderrTail | None,
     on_status: Callable[[int], None],
+    tag: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Streams]:
     """The spec's transport, entered. `stderr`: where a stdio server writes its own;
     `on_status`: each HTTP status an HTTP server answers with (401: it wants a login; 404 on
-    a session: it forgot it), which the SDK turns into less telling errors."""
+    a session: it forgot it), which the SDK turns into less telling errors; `tag`: added to
+    a stdio server's environment (the run tag that finds it again, activities/tools)."""
 
     async def seen(response: httpx2.Response) -> None:
         if response.status_code >= 400:
@@ -143,7 +145,7 @@ async def open_transport(
             params = StdioServerParameters(
                 command=spec.command,
                 args=spec.args,
-                env=spec.env or None,
+                env={**spec.env, **tag} if tag else spec.env or None,
                 cwd=cwd,
             )
             errlog = stderr.file if stderr is not None else None

@@ -163,3 +163,59 @@ async def test_an_interrupted_tool_whose_worker_died_is_ended_with_its_prompt(ow
                 replacement.stop()
         home = Path(env["DURABLE_AGENT_HOME"])
         assert transcript_problems(next((home / "sessions").glob("*.jsonl"))) == []
+
+
+async def test_a_killed_workers_mcp_server_is_ended_when_its_call_is_taken_over(
+    own_server, tmp_path
+):
+    """A stdio MCP server outlives the worker killed during its call (the SDK starts it in a
+    session of its own), and went on with the call's side effect after the takeover had told
+    the model it was interrupted. Its run tag names its worker: the takeover ends it, and the
+    session's end any other it left."""
+    import sys
+
+    from tests.test_mcp_loop import MISBEHAVING
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    marker = workspace / "marker"
+    call = {"path": str(marker), "seconds": 6}
+    turns = [tool_turn([("m1", "mcp__odd__mark_slowly", call)]), text_turn("done")]
+    spec = {"name": "odd", "type": "stdio", "command": sys.executable, "args": [str(MISBEHAVING)]}
+    task_queue = f"kill-{uuid.uuid4()}"
+    with ReplayServer(turns) as api:
+        env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
+        worker = WorkerProcess(env, tmp_path / "worker.log").start()
+        standby = WorkerProcess(env, tmp_path / "standby.log")
+        try:
+            sid, handle = await _start(
+                own_server, workspace, task_queue, mcp_servers=[spec],
+                tool_heartbeat_seconds=2,
+            )  # fmt: skip
+            await wait_for(marker.exists, 30, "the MCP call to start")
+            started = time.monotonic()
+            server_pid = int(marker.read_text().split()[1])
+            await standby.start().polling(await _connect(own_server), task_queue)
+            worker.kill()
+            assert _alive(server_pid), "the server should outlive its worker"
+            status = await handle.result()
+            assert not _alive(server_pid)
+            await asyncio.sleep(started + 7 - time.monotonic())  # past the call's own end
+        finally:
+            worker.stop()
+            standby.stop()
+    result = status.last_result
+    assert result is not None and result.terminal == Terminal.COMPLETED
+    assert marker.read_text().splitlines() == [f"start {server_pid}"]  # never finished
+    answer = api.requests[1]["messages"][-1]["content"][0]
+    assert answer["tool_use_id"] == "m1" and answer["is_error"]
+    assert "interrupted" in answer["content"]
+    assert _leftovers(sid) == []
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

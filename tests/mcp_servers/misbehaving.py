@@ -8,6 +8,7 @@ import asyncio
 import base64
 import os
 import sys
+import time
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -48,6 +49,17 @@ def build() -> MCPServer:
         """Answer after `seconds`."""
         await asyncio.sleep(seconds)
         return "late"
+
+    @server.tool()
+    def mark_slowly(path: str, seconds: float) -> str:
+        """Append `start <pid>` to `path`, block for `seconds`, then append `end`: a side
+        effect still under way when the worker that asked is killed."""
+        with open(path, "a") as marker:
+            marker.write(f"start {os.getpid()}\n")
+        time.sleep(seconds)
+        with open(path, "a") as marker:
+            marker.write("end\n")
+        return "marked"
 
     @server.tool()
     def pid() -> str:
