@@ -933,6 +933,14 @@ def test_sandbox_only_affects_bash() -> None:
         ),
         (
             "Bash",
+            {"command": "echo ran >> marker"},
+            ctx(allow=["Bash(echo:*)"]),
+            ASK,
+            None,
+            "Permission to use Bash requires approval: no allow rule matches `echo ran >> marker`",
+        ),
+        (
+            "Bash",
             {"command": "echo 'x"},
             ctx(),
             ASK,

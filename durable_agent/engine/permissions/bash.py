@@ -403,7 +403,7 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
                 if whole_allow is not None:
                     allow_rules.append(whole_allow)
                     continue
-                ev.not_allowed = ev.not_allowed or f"{text} > {target.raw}"
+                ev.not_allowed = ev.not_allowed or f"{text} {target.redirect or '>'} {target.raw}"
                 accept_all = False
                 continue
             p = normalize_path(target.value, ctx)
@@ -413,7 +413,7 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
                         _rules_for("Write", lst), lambda r, p=p: _path_rule_matches(r, p, ctx)
                     )
                     if r is not None:
-                        setattr(ev, slot, (r, f"{text} > {target.value}"))
+                        setattr(ev, slot, (r, f"{text} {target.redirect or '>'} {target.value}"))
             r = _first(_rules_for("Write", rs.allow), lambda r, p=p: _path_rule_matches(r, p, ctx))
             if r is not None:
                 allow_rules.append(r)
@@ -422,7 +422,7 @@ def _eval_bash(command: str, ctx: PermissionContext, ev: _Eval) -> None:
             elif not (ctx.mode == PermissionMode.ACCEPT_EDITS and _in_workspace(p, ctx)) or (
                 _protected(p, ctx)
             ):
-                ev.not_allowed = ev.not_allowed or f"{text} > {target.value}"
+                ev.not_allowed = ev.not_allowed or f"{text} {target.redirect or '>'} {target.value}"
                 accept_all = False
         for target in part.reads:
             if target.dynamic and (_rules_for("Read", rs.deny) or _rules_for("Read", rs.ask)):

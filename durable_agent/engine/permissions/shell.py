@@ -61,6 +61,8 @@ class Word:
     """The word as written."""
     dynamic: bool = False
     """Contains an unquoted or double-quoted expansion ($VAR, $(...), `...`) or a glob."""
+    redirect: str = ""
+    """For a redirection's target, its operator as written (`>`, `>>`, `&>`, ...)."""
 
 
 @dataclass
@@ -469,6 +471,7 @@ class _Walker:
         elif op.type.startswith("<") and op.type not in ("<>",):
             part.reads.append(word)
         elif op.type in (">", ">>", "&>", "&>>", ">|", ">&", "<>"):
+            word.redirect = op.type
             part.writes.append(word)
         else:
             raise ShellParseError(f"a redirection this check does not read ({op.type})")
