@@ -169,7 +169,7 @@ def _replace(path: Path, shown: str, data: bytes, create: bool, in_place_ok: boo
     renamed over it, inside the very folder `open_regular` would open. False, having written
     nothing, when the file should be written in place instead (`in_place_ok`)."""
     moved = (
-        f"{shown} changed while it was being written (a symbolic link was put in its path); "
+        f"{shown} changed while it was being opened (a symbolic link was put in its path); "
         "nothing was written"
     )
     try:

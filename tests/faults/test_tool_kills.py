@@ -150,7 +150,16 @@ async def test_an_interrupted_tool_whose_worker_died_is_ended_with_its_prompt(ow
                         break
                     await asyncio.sleep(0.25)
                 assert status is not None and status.last_result is not None, "prompt never ended"
-                assert status.last_result.terminal == Terminal.ABORTED_TOOLS
+                terminal = status.last_result.terminal
+                if terminal == Terminal.COMPLETED:
+                    # The race an interrupt can lose: the worker's death had the call retried,
+                    # and the retry answered "interrupted" (the takeover ending the command)
+                    # before the session's next task, waiting out the dead worker's sticky
+                    # queue, passed the interrupt on. The model saw that answer.
+                    seen = api.requests[1]["messages"][-1]["content"][0]
+                    assert seen["tool_use_id"] == "b1" and "interrupted" in seen["content"]
+                else:
+                    assert terminal == Terminal.ABORTED_TOOLS, terminal
                 assert _leftovers(sid) == [], f"try {n}: the interrupted command still runs"
                 counted = ticks.read_text().count("t")
                 await asyncio.sleep(1.0)
@@ -179,7 +188,7 @@ async def test_a_killed_workers_mcp_server_is_ended_when_its_call_is_taken_over(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     marker = workspace / "marker"
-    call = {"path": str(marker), "seconds": 6}
+    call = {"path": str(marker), "seconds": 60}  # still running when taken over, however slow
     turns = [tool_turn([("m1", "mcp__odd__mark_slowly", call)]), text_turn("done")]
     spec = {"name": "odd", "type": "stdio", "command": sys.executable, "args": [str(MISBEHAVING)]}
     task_queue = f"kill-{uuid.uuid4()}"
@@ -189,24 +198,29 @@ async def test_a_killed_workers_mcp_server_is_ended_when_its_call_is_taken_over(
         standby = WorkerProcess(env, tmp_path / "standby.log")
         try:
             sid, handle = await _start(
-                own_server, workspace, task_queue, mcp_servers=[spec],
-                tool_heartbeat_seconds=2,
+                own_server, workspace, task_queue, close_when_idle=False,
+                mcp_servers=[spec], tool_heartbeat_seconds=2,
             )  # fmt: skip
             await wait_for(marker.exists, 30, "the MCP call to start")
-            started = time.monotonic()
             server_pid = int(marker.read_text().split()[1])
             await standby.start().polling(await _connect(own_server), task_queue)
             worker.kill()
             assert _alive(server_pid), "the server should outlive its worker"
-            status = await handle.result()
-            assert not _alive(server_pid)
-            await asyncio.sleep(started + 7 - time.monotonic())  # past the call's own end
+            status = None
+            for _ in range(240):  # the prompt's end, the session still open
+                status = await handle.query(SessionWorkflow.status)
+                if status.last_result is not None:
+                    break
+                await asyncio.sleep(0.25)
+            assert status is not None
+            assert not _alive(server_pid)  # ended at the takeover: it can never finish the call
+            await handle.terminate()
         finally:
             worker.stop()
             standby.stop()
     result = status.last_result
     assert result is not None and result.terminal == Terminal.COMPLETED
-    assert marker.read_text().splitlines() == [f"start {server_pid}"]  # never finished
+    assert marker.read_text().splitlines() == [f"start {server_pid}"]
     answer = api.requests[1]["messages"][-1]["content"][0]
     assert answer["tool_use_id"] == "m1" and answer["is_error"]
     assert "interrupted" in answer["content"]
