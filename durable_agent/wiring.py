@@ -106,7 +106,11 @@ def build_worker(
         hosts = WorkspaceHosts(store, host_queue or host_queue_of(task_queue))
     # WebFetch asks the model's client; the cron tools make Temporal client calls.
     # the MCP servers' connections of the sessions served here
-    mcp = McpConnections(idle_seconds=settings.mcp_idle_seconds, tag=mcp_run_tag)
+    mcp = McpConnections(
+        idle_seconds=settings.mcp_idle_seconds,
+        tag=mcp_run_tag,
+        session_open=lambda session_id: session_open(client, session_id),
+    )
     tools = ToolActivities(store, hosts, model.client, temporal=client, mcp=mcp)
     servers = McpActivities(mcp)
     stores = StoreActivities(store)

@@ -480,3 +480,46 @@ async def test_a_server_answering_401_needs_auth(connections: McpConnections, ki
         httpd.shutdown()
         httpd.server_close()
         thread.join(10)
+
+
+async def test_the_connections_of_an_ended_session_are_closed_on_every_worker() -> None:
+    """The session's end closes its connections on the worker it ends on; a fleet's other
+    workers (other machines) ask Temporal whether the sessions they hold connections for still
+    run, and close those of one that has ended (its sub-agents' too), keeping the rest."""
+    import os
+
+    ended: set[str] = set()
+    asked: list[str] = []
+
+    async def session_open(session_id: str) -> bool | None:
+        asked.append(session_id)
+        return session_id not in ended if session_id != "unknown" else None
+
+    conns = McpConnections(idle_seconds=0, session_open=session_open, ended_check_seconds=0.2)
+    spec = misbehaving()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            return False
+
+    try:
+        pids = {}
+        for sid in ("a", "a.agent-x", "b", "unknown"):
+            out = await conns.call_tool(sid, spec, "pid", {}, 10, ".")
+            pids[sid] = int(text_of(out.content))
+        await asyncio.sleep(0.5)
+        assert all(alive(pid) for pid in pids.values())  # every session still runs
+        ended.add("a")
+        for _ in range(100):
+            if not alive(pids["a"]) and not alive(pids["a.agent-x"]):
+                break
+            await asyncio.sleep(0.1)
+        assert not alive(pids["a"]) and not alive(pids["a.agent-x"])
+        assert alive(pids["b"]) and alive(pids["unknown"])
+        assert sorted({key[0] for key in conns._open}) == ["b", "unknown"]
+        assert "a" in asked and "a.agent-x" not in asked  # a sub-agent is asked as its session
+    finally:
+        await conns.close_all()

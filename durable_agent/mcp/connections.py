@@ -16,7 +16,7 @@ result, each with a one-line notice for the status line.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 # worker at start: most sessions configure no MCP server.
 
 
+ENDED_CHECK_SECONDS = 60.0
+"""How often a worker asks whether the sessions it holds MCP connections for have ended."""
+
+
 class McpConnections:
     """One per worker process: the open connections of every session this worker serves.
     `idle_seconds` 0 keeps each until its session ends."""
@@ -49,9 +53,16 @@ class McpConnections:
         connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
         idle_seconds: float = MCP_IDLE_SECONDS,
         tag: Callable[[str], Mapping[str, str]] | None = None,
+        session_open: Callable[[str], Awaitable[bool | None]] | None = None,
+        ended_check_seconds: float = ENDED_CHECK_SECONDS,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.idle_seconds = idle_seconds
+        self.session_open = session_open
+        """Whether a session still runs (False: it has ended): its connections here are closed
+        at the next check. The session's end closes them only on the worker it ends on; in a
+        fleet its calls may have opened servers on other workers, other machines."""
+        self.ended_check_seconds = ended_check_seconds
         self.tag = tag
         """A session's variables for the environment of the stdio servers started for it (its
         run tag: the session's end, or the takeover of a call a dead worker was serving, finds
@@ -81,14 +92,22 @@ class McpConnections:
                 self._sweep_later()
 
     def _sweep_later(self) -> None:
-        if self.idle_seconds > 0 and (self._sweeper is None or self._sweeper.done()):
+        sweeps = self.idle_seconds > 0 or self.session_open is not None
+        if sweeps and (self._sweeper is None or self._sweeper.done()):
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     async def _sweep(self) -> None:
-        """Close the connections idle for `idle_seconds`, while any is open."""
+        """Close the connections idle for `idle_seconds` and those of sessions that have ended,
+        while any is open."""
         loop = asyncio.get_running_loop()
+        interval = min(self.idle_seconds / 2 if self.idle_seconds > 0 else 60.0, 60.0)
+        if self.session_open is not None:
+            interval = min(interval, self.ended_check_seconds)
         while self._open:
-            await asyncio.sleep(max(0.05, min(self.idle_seconds / 2, 60.0)))
+            await asyncio.sleep(max(0.05, interval))
+            await self._close_ended()
+            if self.idle_seconds <= 0:
+                continue
             now = loop.time()
             idle = [
                 key
@@ -99,6 +118,21 @@ class McpConnections:
             ]
             if idle:  # shielded: close_all cancelling this task lets the closes end
                 await asyncio.shield(self._close(idle))
+
+    async def _close_ended(self) -> None:
+        """Close the connections of sessions that have ended (a sub-agent's with its session,
+        whose id it starts with: `<session>.agent-<call>`)."""
+        if self.session_open is None:
+            return
+        def busy(session_id: str) -> bool:
+            return any(self._busy.get(key) for key in self._open if key[0] == session_id)
+
+        for session_id in {key[0] for key in self._open}:
+            owner = session_id.split(".agent-", 1)[0]
+            if busy(session_id) or await self.session_open(owner) is not False:
+                continue
+            if not busy(session_id):  # no call began while Temporal was asked
+                await asyncio.shield(self.close_session(session_id))
 
     async def _connection(self, session_id: str, spec: McpServerSpec, cwd: str) -> Connection:
         """The live connection, opened (or reopened) if need be; raises ConnectFailed."""
