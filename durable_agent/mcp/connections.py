@@ -124,6 +124,7 @@ class McpConnections:
         whose id it starts with: `<session>.agent-<call>`)."""
         if self.session_open is None:
             return
+
         def busy(session_id: str) -> bool:
             return any(self._busy.get(key) for key in self._open if key[0] == session_id)
 
