@@ -9,11 +9,14 @@ copy, its output back."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +93,8 @@ class WorkspaceHosts:
         with self._lock(session_id):
             record = self._record(session_id)
             if record is not None and record[0] == checkpoint_id:
+                with suppress(OSError):  # used now: `sweep` reads it as the last use
+                    os.utime(self._dir(session_id) / "at.json")
                 return self.tree(session_id), False
             blobs = self.blobs()
             wanted = load_manifest(checkpoint_id, blobs)
@@ -152,6 +157,16 @@ class WorkspaceHosts:
                 held[folder.name] = folder.name
         return held
 
+    def last_used(self, name: str) -> float:
+        """When a step last used the copy in folder `name` (its record's mtime: `ensure`)."""
+        folder = self.root / name
+        for path in (folder / "at.json", folder):
+            try:
+                return path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+        return 0.0
+
     def drop_unused(self, name: str) -> bool:
         """Drop the copy in folder `name` unless a step is using it now; True if dropped."""
         lock = self._lock(name)
@@ -172,19 +187,34 @@ def owning_session(copy_for: str) -> str:
     return copy_for.split(".agent-", 1)[0]
 
 
+UNKNOWN_SESSION_COPY_SECONDS = 7 * 24 * 3600.0
+"""A copy of a session Temporal does not know is dropped once unused this long."""
+
+
 async def sweep(
-    hosts: WorkspaceHosts, session_open: Callable[[str], Awaitable[bool | None]]
+    hosts: WorkspaceHosts,
+    session_open: Callable[[str], Awaitable[bool | None]],
+    unknown_after: float = UNKNOWN_SESSION_COPY_SECONDS,
 ) -> int:
     """Drop the copies of sessions that have ended: a session's end drops its copies on the
     host it has then, so a former host (the session moved away while it lived: a worker that
     stalled or restarted past HOST_START_TIMEOUT) or a host that was down when the session
-    ended keeps them. `session_open(id)`: True (running), False (closed), None (unknown: its
-    workflow is not found, or Temporal did not answer) — only False drops. The number dropped."""
+    ended keeps them. `session_open(id)`: True (running), False (closed), None (Temporal does
+    not know it: started under another id, or past retention) — False drops, and None drops a
+    copy unused for `unknown_after` seconds (at rest a copy holds its last checkpoint: the next
+    step makes it again). A session Temporal does not answer for is left for the next sweep.
+    The number dropped."""
     dropped = 0
+    now = time.time()
     for name, copy_for in (await off_loop(hosts.held)).items():
-        if await session_open(owning_session(copy_for)) is False:
-            if await off_loop(hosts.drop_unused, name):
-                dropped += 1
+        try:
+            running = await session_open(owning_session(copy_for))
+        except Exception:  # noqa: BLE001 — no answer: nothing is decided about it
+            continue
+        if running is None and now - await off_loop(hosts.last_used, name) < unknown_after:
+            continue
+        if running is not True and await off_loop(hosts.drop_unused, name):
+            dropped += 1
     return dropped
 
 

@@ -232,15 +232,17 @@ class Workers:
 
 async def session_open(client: Client, session_id: str) -> bool | None:
     """Whether the session's workflow (its id is the session's) runs: None when Temporal does
-    not know it (never started under that id, or past the namespace's retention) or does not
-    answer."""
+    not know it (never started under that id, or past the namespace's retention). Raises the
+    RPCError of a server that does not answer."""
     from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError
+    from temporalio.service import RPCError, RPCStatusCode
 
     try:
         described = await client.get_workflow_handle(session_id).describe()
-    except RPCError:
-        return None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
     return described.status == WorkflowExecutionStatus.RUNNING
 
 

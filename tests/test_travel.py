@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -307,7 +308,8 @@ async def test_a_host_drops_the_copies_of_ended_sessions_it_was_left_with(
     """A former host (the session moved away, or it was down when the session ended) keeps
     its copies: its worker process sweeps them (`Workers.run`: at start, then every
     WORKSPACE_SWEEP_SECONDS), dropping those of ended sessions (a sub-agent's with its
-    session's) and keeping a running session's, one Temporal does not know and one in use."""
+    session's) and keeping a running session's, one in use and one Temporal does not know
+    (until unused for a week)."""
     from durable_agent.operating import WorkerSettings
     from durable_agent.wiring import Workers, session_open
     from durable_agent.workspace import snapshot, store_manifest
@@ -346,6 +348,15 @@ async def test_a_host_drops_the_copies_of_ended_sessions_it_was_left_with(
             with hosts._lock(running):  # a step is using it: never dropped, whatever its session
                 assert not hosts.drop_unused(running)
             assert sorted(hosts.held().values()) == kept
+            # A session Temporal does not know: its copy goes once unused for a week.
+            week_ago = time.time() - 8 * 24 * 3600
+            os.utime(tmp_path / "host-home" / "workspaces" / "never-started" / "at.json",
+                     (week_ago, week_ago))  # fmt: skip
+            for _ in range(100):
+                if "never-started" not in hosts.held().values():
+                    break
+                await asyncio.sleep(0.1)
+            assert sorted(hosts.held().values()) == [running]
         finally:
             await open_handle.terminate()
             for each in worker.group:

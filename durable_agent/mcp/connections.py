@@ -130,7 +130,13 @@ class McpConnections:
 
         for session_id in {key[0] for key in self._open}:
             owner = session_id.split(".agent-", 1)[0]
-            if busy(session_id) or await self.session_open(owner) is not False:
+            if busy(session_id):
+                continue
+            try:
+                running = await self.session_open(owner)
+            except Exception:  # noqa: BLE001 — Temporal did not answer: ask at the next check
+                continue
+            if running is not False:
                 continue
             if not busy(session_id):  # no call began while Temporal was asked
                 await asyncio.shield(self.close_session(session_id))
