@@ -194,7 +194,7 @@ class TranscriptStore:
 
     def entries(self, session_id: str) -> dict[str, TranscriptEntry]:
         with self._cache_lock:
-            return dict(self._parsed(self.transcript_path(session_id)))
+            return self._entries(self.transcript_path(session_id))
 
     def entry(self, session_id: str, uuid: str) -> TranscriptEntry | None:
         """One entry, without copying the session's whole map as `entries` does."""

@@ -24,6 +24,7 @@ from temporalio import activity
 
 from activities.heartbeat import heartbeating
 from activities.transcript import _SAFE_ID, TranscriptStore, off_loop, write_file_atomic
+from durable_agent.engine.agents import AGENT_SESSION_INFIX, owning_session
 from durable_agent.engine.contracts import (
     CheckpointInput,
     CheckpointOutput,
@@ -132,16 +133,13 @@ class WorkspaceHosts:
     def drop(self, session_id: str) -> None:
         """The session has ended: its copy and its sub-agents' (each worked in a copy of its
         own, `<session>.agent-<call>`, workflows/agents.py) go, with their locks."""
-        agents = self._dir(session_id).name + ".agent-"
+        agents = self._dir(session_id).name + AGENT_SESSION_INFIX
         try:
             theirs = [p.name for p in self.root.iterdir() if p.name.startswith(agents)]
         except FileNotFoundError:
             theirs = []
         for name in [self._dir(session_id).name, *theirs]:
-            with self._lock(name):
-                shutil.rmtree(self.root / name, ignore_errors=True)
-            with self._guard:
-                self._locks.pop(name, None)
+            self._remove(name, wait=True)
 
     def held(self) -> dict[str, str]:
         """The copies here: folder name → the session (or sub-agent) id it is a copy for."""
@@ -169,8 +167,13 @@ class WorkspaceHosts:
 
     def drop_unused(self, name: str) -> bool:
         """Drop the copy in folder `name` unless a step is using it now; True if dropped."""
+        return self._remove(name, wait=False)
+
+    def _remove(self, name: str, wait: bool) -> bool:
+        """Remove the copy in folder `name` and its lock, under that lock (`wait`: for it;
+        else not at all when it is held). True if removed."""
         lock = self._lock(name)
-        if not lock.acquire(blocking=False):
+        if not lock.acquire(blocking=wait):
             return False
         try:
             shutil.rmtree(self.root / name, ignore_errors=True)
@@ -179,12 +182,6 @@ class WorkspaceHosts:
         with self._guard:
             self._locks.pop(name, None)
         return True
-
-
-def owning_session(copy_for: str) -> str:
-    """The session a copy belongs to: its own id, or for a sub-agent's copy its session's
-    (`<session>.agent-<call>`, nested for a sub-agent's sub-agents)."""
-    return copy_for.split(".agent-", 1)[0]
 
 
 UNKNOWN_SESSION_COPY_SECONDS = 7 * 24 * 3600.0
@@ -206,11 +203,15 @@ async def sweep(
     The number dropped."""
     dropped = 0
     now = time.time()
+    asked: dict[str, bool | None] = {}  # a session and its sub-agents' copies: asked once
     for name, copy_for in (await off_loop(hosts.held)).items():
-        try:
-            running = await session_open(owning_session(copy_for))
-        except Exception:  # noqa: BLE001 — no answer: nothing is decided about it
-            continue
+        owner = owning_session(copy_for)
+        if owner not in asked:
+            try:
+                asked[owner] = await session_open(owner)
+            except Exception:  # noqa: BLE001 — no answer: nothing is decided about it
+                continue
+        running = asked[owner]
         if running is None and now - await off_loop(hosts.last_used, name) < unknown_after:
             continue
         if running is not True and await off_loop(hosts.drop_unused, name):

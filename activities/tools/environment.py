@@ -163,13 +163,20 @@ def session_and_agents_prefixes(session_id: str) -> tuple[str, str]:
     return session_tag_prefix(session_id), f"{session_id}.agent-"
 
 
-def _started(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot), or None when there is none."""
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (which may hold spaces and
+    parentheses): the state first. None when there is no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot), or None when there is none."""
+    fields = proc_stat(pid)
+    return fields[19] if fields is not None else None
 
 
 def mcp_tag(session_id: str) -> str:
@@ -184,27 +191,12 @@ def mcp_run_tag(session_id: str) -> dict[str, str]:
     return {RUN_TAG_NAME: mcp_tag(session_id)}
 
 
-def _tag_of(pid: int) -> str | None:
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    needle = f"{RUN_TAG_NAME}=".encode()
-    for entry in environ.split(b"\0"):
-        if entry.startswith(needle):
-            return entry[len(needle) :].decode(errors="replace")
-    return None
-
-
 def kill_orphaned_mcp_servers(session_id: str) -> int:
     """SIGKILL the session's MCP servers on this machine whose worker process is gone: a
     killed worker's stdio server (and what it started) lives on, and a call it was serving
     goes on with its side effects after the call was taken over and reported interrupted."""
     killed = 0
-    for pid in tagged_processes(f"{session_tag_prefix(session_id)}mcp/", prefix=True):
-        tag = _tag_of(pid)
-        if tag is None:
-            continue
+    for pid, tag in _tagged(f"{session_tag_prefix(session_id)}mcp/", prefix=True):
         owner, _, started = tag.rsplit("/", 1)[1].partition(".")
         if owner.isdigit() and _started(int(owner)) == started:
             continue  # its worker lives: a connection of that worker's
@@ -217,6 +209,11 @@ def kill_orphaned_mcp_servers(session_id: str) -> int:
 def tagged_processes(tag: str | tuple[str, ...], prefix: bool = False) -> list[int]:
     """Live processes of this machine whose environment carries `RUN_TAG_NAME=tag` (with
     `prefix`, any tag that starts with `tag`; several tags: any of them)."""
+    return [pid for pid, _ in _tagged(tag, prefix)]
+
+
+def _tagged(tag: str | tuple[str, ...], prefix: bool) -> list[tuple[int, str]]:
+    """`tagged_processes`, each with the tag it carries."""
     needles = tuple(
         f"{RUN_TAG_NAME}={t}".encode() for t in ((tag,) if isinstance(tag, str) else tag)
     )
@@ -228,9 +225,11 @@ def tagged_processes(tag: str | tuple[str, ...], prefix: bool = False) -> list[i
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        entries = environ.split(b"\0")
-        if any(e.startswith(needles) if prefix else e in needles for e in entries):
-            found.append(int(entry.name))
+        for e in environ.split(b"\0"):
+            if e.startswith(needles) if prefix else e in needles:
+                value = e.partition(b"=")[2].decode(errors="replace")
+                found.append((int(entry.name), value))
+                break
     return found
 
 

@@ -26,6 +26,7 @@ from activities.tools.environment import (
     SETTINGS_ENV,
     kill_orphaned_mcp_servers,
     kill_tagged,
+    proc_stat,
     session_and_agents_prefixes,
     tool_tag_prefix,
 )
@@ -561,11 +562,8 @@ def _owner_alive(started: dict[str, Any]) -> bool:
 
 
 def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+    fields = proc_stat(pid)
+    return fields is None or fields[0] == "Z"
 
 
 INLINE_MAX_BYTES = 200_000

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from durable_agent.engine.agents import owning_session
 from durable_agent.engine.messages import ImageBlock, TextBlock
 from durable_agent.mcp.config import McpServerSpec
 from durable_agent.mcp.contracts import (
@@ -128,9 +129,11 @@ class McpConnections:
         def busy(session_id: str) -> bool:
             return any(self._busy.get(key) for key in self._open if key[0] == session_id)
 
-        for session_id in {key[0] for key in self._open}:
-            owner = session_id.split(".agent-", 1)[0]
-            if busy(session_id):
+        held: dict[str, set[str]] = {}  # a session and its sub-agents' connections: asked once
+        for session_id, _ in self._open:
+            held.setdefault(owning_session(session_id), set()).add(session_id)
+        for owner, session_ids in held.items():
+            if all(busy(session_id) for session_id in session_ids):
                 continue
             try:
                 running = await self.session_open(owner)
@@ -138,8 +141,9 @@ class McpConnections:
                 continue
             if running is not False:
                 continue
-            if not busy(session_id):  # no call began while Temporal was asked
-                await asyncio.shield(self.close_session(session_id))
+            for session_id in session_ids:
+                if not busy(session_id):  # no call began while Temporal was asked
+                    await asyncio.shield(self.close_session(session_id))
 
     async def _connection(self, session_id: str, spec: McpServerSpec, cwd: str) -> Connection:
         """The live connection, opened (or reopened) if need be; raises ConnectFailed."""
