@@ -282,6 +282,9 @@ def replace_process(settled: int | None = None, host_queue: str | None = None) -
         os.environ[SETTLED_ENV] = str(settled)
     if host_queue is not None:
         os.environ[HOST_QUEUE_ENV] = host_queue
+    from durable_agent.cli import stand_down_reaper
+
+    stand_down_reaper()  # the fresh process keeps this one's tools (same pid and start time)
     telemetry.shutdown()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -299,12 +302,14 @@ def rss_bytes() -> int | None:
 
 def child_processes() -> int:
     """How many processes this one is the parent of (a tool's, an MCP server, an orphan a tool
-    left that was reparented here); 0 where /proc cannot tell."""
+    left that was reparented here), not counting its reaper; 0 where /proc cannot tell."""
+    environment = sys.modules.get("activities.tools.environment")
+    reaper = environment.reaper_pid() if environment is not None else None
     count = 0
     try:
         for task in os.scandir("/proc/self/task"):
             with open(os.path.join(task.path, "children")) as f:
-                count += len(f.read().split())
+                count += sum(pid != str(reaper) for pid in f.read().split())
     except OSError:
         return 0
     return count

@@ -270,7 +270,13 @@ def test_a_tool_cannot_read_its_workers_environment_or_memory(user):
 def test_the_operator_names_more_variables_to_withhold(monkeypatch):
     """The project's credentials and what DURABLE_AGENT_WITHHOLD_ENV names (exactly, or by a
     prefix) reach no tool, from the worker's environment or from a settings file's `env`."""
-    from activities.tools.environment import SETTINGS_ENV, WITHHOLD_ENV, tool_environment
+    from activities.tools.environment import (
+        SETTINGS_ENV,
+        WITHHOLD_ENV,
+        WORKER_TAG_NAME,
+        tool_environment,
+        worker_tag,
+    )
 
     monkeypatch.setenv(WITHHOLD_ENV, "MY_DB_PASSWORD, VAULT_*,*")  # a lone * withholds nothing
     kept = {"PATH": "/bin", "VAULT": "kept", "MY_DB_PASSWORD_HINT": "kept", "ANTHROPIC_MODEL": "m"}
@@ -285,7 +291,7 @@ def test_the_operator_names_more_variables_to_withhold(monkeypatch):
         env = tool_environment(base={**kept, **withheld})
     finally:
         SETTINGS_ENV.reset(token)
-    assert env == {**kept, "TEAM": "from-settings"}
+    assert env == {**kept, "TEAM": "from-settings", WORKER_TAG_NAME: worker_tag()}
 
 
 SCAN_HOOK = "cat > hook-input.json; env > hook-env.txt; cat /proc/$PPID/environ >> hook-env.txt"

@@ -19,15 +19,24 @@ for a workspace you do not trust, run the worker as a plain user or turn the san
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
 import signal
-import time
+import subprocess
+import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 
+from durable_agent import reaper
+from durable_agent.reaper import (  # noqa: F401 — proc_stat re-exported
+    WORKER_TAG_NAME,
+    kill_scanned,
+    proc_stat,
+    scan_environ,
+)
 from durable_agent.secrets import WITHHOLD_ENV, is_private  # noqa: F401 — re-exported
 
 
@@ -122,8 +131,9 @@ def tool_environment(
 ) -> dict[str, str]:
     """`base` (default: this process's environment) without private names, plus the settings'
     `env` (`SETTINGS_ENV`); `CLAUDE_PROJECT_DIR` set to the workspace when one is given, as
-    Claude Code does for hooks and tools. The first call protects this process
-    (`protect_worker_process`): whoever asks for a tool's environment is about to start one."""
+    Claude Code does for hooks and tools; this worker process named (`WORKER_TAG_NAME`). The
+    first call protects this process (`protect_worker_process`) and starts its reaper
+    (`start_reaper`): whoever asks for a tool's environment is about to start one."""
     protect_worker_process()
     env = {k: v for k, v in (os.environ if base is None else base).items() if not is_private(k)}
     extra = SETTINGS_ENV.get()
@@ -134,6 +144,8 @@ def tool_environment(
     tag = RUN_TAG.get()
     if tag:
         env[RUN_TAG_NAME] = tag
+    start_reaper()
+    env[WORKER_TAG_NAME] = worker_tag()
     return env
 
 
@@ -163,16 +175,6 @@ def session_and_agents_prefixes(session_id: str) -> tuple[str, str]:
     return session_tag_prefix(session_id), f"{session_id}.agent-"
 
 
-def proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command's name (which may hold spaces and
-    parentheses): the state first. None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
 def _started(pid: int) -> str | None:
     """When process `pid` started (clock ticks since boot), or None when there is none."""
     fields = proc_stat(pid)
@@ -183,12 +185,14 @@ def mcp_tag(session_id: str) -> str:
     """The tag of the MCP servers this worker process starts for a session: under the
     session's prefix (its end sweeps them) and naming this process (pid and start time), so
     that a server whose worker died is known for an orphan (`kill_orphaned_mcp_servers`)."""
-    return f"{session_tag_prefix(session_id)}mcp/{os.getpid()}.{_started(os.getpid())}"
+    return f"{session_tag_prefix(session_id)}mcp/{worker_tag()}"
 
 
 def mcp_run_tag(session_id: str) -> dict[str, str]:
-    """The environment variable that tags a session's MCP server (`mcp_tag`)."""
-    return {RUN_TAG_NAME: mcp_tag(session_id)}
+    """The environment variables that tag a session's MCP server (`mcp_tag`) and name its
+    worker process for the reaper (which it starts, `start_reaper`)."""
+    start_reaper()
+    return {RUN_TAG_NAME: mcp_tag(session_id), WORKER_TAG_NAME: worker_tag()}
 
 
 def kill_orphaned_mcp_servers(session_id: str) -> int:
@@ -214,41 +218,72 @@ def tagged_processes(tag: str | tuple[str, ...], prefix: bool = False) -> list[i
 
 def _tagged(tag: str | tuple[str, ...], prefix: bool) -> list[tuple[int, str]]:
     """`tagged_processes`, each with the tag it carries."""
-    needles = tuple(
-        f"{RUN_TAG_NAME}={t}".encode() for t in ((tag,) if isinstance(tag, str) else tag)
-    )
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for e in environ.split(b"\0"):
-            if e.startswith(needles) if prefix else e in needles:
-                value = e.partition(b"=")[2].decode(errors="replace")
-                found.append((int(entry.name), value))
-                break
-    return found
+    return scan_environ(_needles(tag), prefix)
 
 
-KILL_SCANS = 3
-KILL_RESCAN_SECONDS = 0.02
+def _needles(tag: str | tuple[str, ...]) -> tuple[bytes, ...]:
+    return tuple(f"{RUN_TAG_NAME}={t}".encode() for t in ((tag,) if isinstance(tag, str) else tag))
 
 
 def kill_tagged(tag: str | tuple[str, ...], prefix: bool = False) -> int:
     """SIGKILL every process an execution started (a lost attempt's leftovers, or with `prefix`
     all of a session's); how many."""
-    killed: set[int] = set()
-    for scan in range(KILL_SCANS):
-        # Scanned more than once: a process in the middle of exec shows an empty environment
-        # for a moment, and one may fork a child just before it is killed.
-        if scan:
-            time.sleep(KILL_RESCAN_SECONDS)  # between scans, not after the last
-        pids = [p for p in tagged_processes(tag, prefix) if p != os.getpid() and p not in killed]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        killed.update(pids)
-    return len(killed)
+    return kill_scanned(_needles(tag), prefix)
+
+
+def worker_tag() -> str:
+    """This worker process, as its tools' environment names it (`WORKER_TAG_NAME`): its pid and
+    start time, so that a later process with the same pid is not taken for it."""
+    pid = os.getpid()
+    return f"{pid}.{_started(pid)}"
+
+
+def start_reaper() -> None:
+    """Once per process, before its first tool, hook or MCP server: start the reaper that ends
+    them all if this process dies (durable_agent/reaper.py). Where it cannot start, tools
+    still run (as they did before it)."""
+    if _reaper is not None and _reaper_owner == os.getpid():
+        return
+    _reaper_for(os.getpid())
+
+
+def _reaper_for(pid: int) -> None:
+    global _reaper, _reaper_pipe, _reaper_owner
+    _reaper_owner = pid
+    read, write = os.pipe()  # both close-on-exec: no tool inherits the write end
+    try:
+        _reaper = subprocess.Popen(
+            [sys.executable, "-I", "-S", reaper.__file__, str(read), worker_tag()],
+            pass_fds=(read,), env={"PATH": os.environ.get("PATH", "")},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    except OSError:
+        os.close(write)
+        _reaper = None
+        return
+    finally:
+        os.close(read)
+    _reaper_pipe = write
+
+
+def stand_down() -> None:
+    """This process exits on purpose: its reaper leaves its processes be (a session's own end
+    still ends them). Called on the way out (`hard_exit`, a recycle's exec, atexit)."""
+    global _reaper_pipe
+    if _reaper_pipe is None or _reaper_owner != os.getpid():
+        return
+    with contextlib.suppress(OSError):
+        os.write(_reaper_pipe, b"x")
+        os.close(_reaper_pipe)
+    _reaper_pipe = None
+
+
+def reaper_pid() -> int | None:
+    """The pid of this process's reaper, a child that is no tool's (`child_processes`)."""
+    return _reaper.pid if _reaper is not None and _reaper_owner == os.getpid() else None
+
+
+_reaper: subprocess.Popen[bytes] | None = None
+_reaper_pipe: int | None = None
+_reaper_owner: int | None = None
+atexit.register(stand_down)

@@ -134,10 +134,20 @@ def command(name: str) -> Callable[[Namespace], Coroutine[Any, Any, int]]:
     return found
 
 
+def stand_down_reaper() -> None:
+    """This process exits on purpose: where it started a tool, hook or MCP server, its reaper
+    leaves their processes be (durable_agent/reaper.py); where it started none, the module
+    was never imported and there is nothing to do."""
+    environment = sys.modules.get("activities.tools.environment")
+    if environment is not None:
+        environment.stand_down()
+
+
 def hard_exit(code: int) -> None:
     """Exit without interpreter finalization, where the SDK's native layer can abort the process
     (DESIGN.md §5: SIGABRT/SIGSEGV at exit); everything is flushed first."""
     try:
+        stand_down_reaper()
         from durable_agent import telemetry
 
         telemetry.shutdown()

@@ -184,6 +184,32 @@ def process_env(
     return env
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (children, theirs, ...) as /proc tells now."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 class WorkerProcess:
     """`python worker.py` in its own process; SIGKILL is the fault."""
 
@@ -208,6 +234,16 @@ class WorkerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+    def kill_reaper(self) -> None:
+        """SIGKILL the worker's reaper (durable_agent/reaper.py), so that killing the worker
+        then leaves its tools running, as a worker whose reaper could not start would: what a
+        takeover on the same machine ends."""
+        assert self.proc is not None, "start it first"
+        found = [p for p in descendants(self.proc.pid) if b"reaper.py" in _cmdline(p)]
+        assert found, "the worker has no reaper: has it started a tool?"
+        for pid in found:
+            os.kill(pid, signal.SIGKILL)
 
     def restart(self, **popen: Any) -> WorkerProcess:
         self.kill()

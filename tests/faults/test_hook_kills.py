@@ -93,6 +93,7 @@ async def _kill_during_hook(
             await spare.start().polling(client, task_queue)
             print(f"the second worker polled after {time.monotonic() - booting:.1f}s")
             assert (workspace / "hook-marker").read_text() == "x\n"  # still in the first worker
+            worker.kill_reaper()  # what the takeover ends (the reaper's part: test_tool_kills)
             worker.kill()
             killed_at = time.monotonic()
             orphans = _hook_processes(workspace)

@@ -59,6 +59,7 @@ async def test_worker_killed_during_env_bash_side_effect_runs_it_once(own_server
             sid, handle = await _start(own_server, workspace, task_queue)
             await wait_for((workspace / "marker").exists, 30, "the side effect to start")
             await standby.start().polling(await _connect(own_server), task_queue)
+            worker.kill_reaper()  # the takeover's part is tested here (the reaper's: below)
             worker.kill()
             assert _leftovers(sid), "the killed worker's tool process should still be running"
             killed_at = time.monotonic()
@@ -80,6 +81,49 @@ async def test_worker_killed_during_env_bash_side_effect_runs_it_once(own_server
     assert not (workspace / "late").exists()
     home = Path(env["DURABLE_AGENT_HOME"])
     assert transcript_problems(next((home / "sessions").glob("*.jsonl"))) == []
+
+
+async def test_a_killed_workers_tools_end_with_it_though_no_worker_takes_over(own_server, tmp_path):
+    """A worker SIGKILLed while a Bash runs (a background job of it too) and an MCP server
+    serves its session: all end at once, before any takeover (none here: the session's other
+    workers may be on other machines, which could not end them). Its reaper did it
+    (durable_agent/reaper.py); without one they ran on and the command finished its side
+    effect while the model was told it was interrupted."""
+    import sys
+
+    from tests.test_mcp_loop import MISBEHAVING
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "side.sh").write_text(
+        "(sleep 4; touch late-background) &\necho x >> marker\nsleep 4\ntouch late\n"
+    )
+    marker = workspace / "mcp-marker"
+    turns = [
+        tool_turn([("m1", "mcp__odd__mark_slowly", {"path": str(marker), "seconds": 0})]),
+        tool_turn([("b1", "Bash", {"command": "bash side.sh"})]),
+        text_turn("done"),
+    ]
+    spec = {"name": "odd", "type": "stdio", "command": sys.executable, "args": [str(MISBEHAVING)]}
+    task_queue = f"reap-{uuid.uuid4()}"
+    with ReplayServer(turns) as api:
+        env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
+        worker = WorkerProcess(env, tmp_path / "worker.log").start()
+        try:
+            sid, handle = await _start(own_server, workspace, task_queue, mcp_servers=[spec])
+            await wait_for((workspace / "marker").exists, 30, "the command to start")
+            server_pid = int(marker.read_text().split()[1])
+            assert len(_leftovers(sid)) >= 3  # the script, its background job, the MCP server
+            worker.kill()
+            await wait_for(lambda: _leftovers(sid) == [], 3, "the dead worker's tools to end")
+            assert not _alive(server_pid)
+            await asyncio.sleep(5)  # past the command's end, had it lived
+            assert not (workspace / "late").exists()
+            assert not (workspace / "late-background").exists()
+            await handle.terminate()
+        finally:
+            worker.stop()
+    del api
 
 
 async def test_a_bash_that_finishes_while_the_server_is_down_reports_its_real_result(
@@ -141,7 +185,6 @@ async def test_an_interrupted_tool_whose_worker_died_is_ended_with_its_prompt(ow
                     await handle.signal(Signals.INTERRUPT)
                     await asyncio.sleep(0.05)
                     worker.kill()
-                assert _leftovers(sid), "the command should outlive its worker"
                 replacement.start()
                 status = None
                 for _ in range(240):  # the prompt ends: the tool's heartbeat timeout (2 s), on
@@ -204,6 +247,7 @@ async def test_a_killed_workers_mcp_server_is_ended_when_its_call_is_taken_over(
             await wait_for(marker.exists, 30, "the MCP call to start")
             server_pid = int(marker.read_text().split()[1])
             await standby.start().polling(await _connect(own_server), task_queue)
+            worker.kill_reaper()  # the takeover's part is tested here (the reaper's: above)
             worker.kill()
             assert _alive(server_pid), "the server should outlive its worker"
             status = None
