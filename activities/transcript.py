@@ -30,7 +30,7 @@ from durable_agent.engine.messages import (
     TranscriptEntry,
 )
 from durable_agent.engine.state import PendingUser
-from durable_agent.names import Activities
+from durable_agent.names import Activities, agents_prefix
 
 if TYPE_CHECKING:
     from durable_agent.workspace import Blobs
@@ -166,7 +166,7 @@ class TranscriptStore:
     def forget(self, session_id: str) -> None:
         """Drop what is cached of a session that ended (its sub-agents' transcripts too)."""
         path = self.transcript_path(session_id)
-        agents = f"{path.stem}.agent-"
+        agents = agents_prefix(path.stem)
         with self._cache_lock:
             for cached in [p for p in self._cache if p == path or p.name.startswith(agents)]:
                 del self._cache[cached]

@@ -24,14 +24,13 @@ from temporalio import activity
 
 from activities.heartbeat import heartbeating
 from activities.transcript import _SAFE_ID, TranscriptStore, off_loop, write_file_atomic
-from durable_agent.engine.agents import AGENT_SESSION_INFIX, owning_session
 from durable_agent.engine.contracts import (
     CheckpointInput,
     CheckpointOutput,
     ClaimHostInput,
     ClaimHostOutput,
 )
-from durable_agent.names import Activities
+from durable_agent.names import Activities, agents_prefix, owning_session
 from durable_agent.workspace import (
     Blobs,
     Manifest,
@@ -133,7 +132,7 @@ class WorkspaceHosts:
     def drop(self, session_id: str) -> None:
         """The session has ended: its copy and its sub-agents' (each worked in a copy of its
         own, `<session>.agent-<call>`, workflows/agents.py) go, with their locks."""
-        agents = self._dir(session_id).name + AGENT_SESSION_INFIX
+        agents = agents_prefix(self._dir(session_id).name)
         try:
             theirs = [p.name for p in self.root.iterdir() if p.name.startswith(agents)]
         except FileNotFoundError:

@@ -73,3 +73,24 @@ class Updates:
     CONFIGURE: Final = "configure"
     """SessionWorkflow: change the model or permission mode of the prompts that follow."""
     """QueryWorkflow: answer a waiting tool call (unknown or answered request ids are rejected)."""
+
+
+AGENT_SESSION_INFIX: Final = ".agent-"
+"""A sub-agent's session id is its session's, this, and the Agent call's id (`agent_session`);
+a sub-agent's own sub-agents nest the same way. Also part of the contract: workflow ids,
+transcript names, workspace copies and tool run tags are all spelled with it."""
+
+
+def agent_session(session_id: str, call_id: str) -> str:
+    """The session id of the sub-agent that Agent call `call_id` of `session_id` starts."""
+    return f"{session_id}{AGENT_SESSION_INFIX}{call_id}"
+
+
+def agents_prefix(session_id: str) -> str:
+    """What the session ids of `session_id`'s sub-agents (and theirs) start with."""
+    return f"{session_id}{AGENT_SESSION_INFIX}"
+
+
+def owning_session(session_id: str) -> str:
+    """The session a (sub-agent's) session id belongs to: the id itself for a session."""
+    return session_id.split(AGENT_SESSION_INFIX, 1)[0]

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         RunToolOutput,
     )
     from durable_agent.engine.tools import AgentInput
-    from durable_agent.names import Signals, Workflows
+    from durable_agent.names import Signals, Workflows, agent_session
     from workflows import activity_options as steps
 
 from workflows.hook_runs import HookRuns
@@ -198,7 +198,7 @@ class SubAgents:
                 call, f"No agent named {agent_input.subagent_type!r}; the agents are: {names}."
             )
         parent = self._ctx.inp
-        child_session = f"{parent.session_id}.agent-{call.id}"
+        child_session = agent_session(parent.session_id, call.id)
         child_cfg = child_config(cfg, agent_input, self._ctx.state.model or cfg.model)
         await self._hooks.observe(
             "SubagentStart", agent.name, agent_type=agent.name, agent_id=child_session

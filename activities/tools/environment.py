@@ -31,6 +31,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from durable_agent import reaper
+from durable_agent.names import agents_prefix
 from durable_agent.reaper import (  # noqa: F401 — proc_stat re-exported
     WORKER_TAG_NAME,
     kill_scanned,
@@ -172,7 +173,7 @@ def tool_tag_prefix(session_id: str, tool_use_id: str) -> str:
 def session_and_agents_prefixes(session_id: str) -> tuple[str, str]:
     """The tag prefixes of a session's tool runs and of its sub-agents' (whose session ids are
     `<session>.agent-<call>`, workflows/agents.py): what the session's end sweeps."""
-    return session_tag_prefix(session_id), f"{session_id}.agent-"
+    return session_tag_prefix(session_id), agents_prefix(session_id)
 
 
 def _started(pid: int) -> str | None:

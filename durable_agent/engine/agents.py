@@ -15,16 +15,6 @@ from durable_agent.engine.tools import AgentInput as AgentInput  # re-exported
 
 AgentSource = Literal["built-in", "project", "user", "flag"]
 
-AGENT_SESSION_INFIX = ".agent-"
-"""A sub-agent's session id is its session's, this, and the Agent call's id
-(workflows/agents.py); a sub-agent's own sub-agents nest the same way."""
-
-
-def owning_session(session_id: str) -> str:
-    """The session a (sub-agent's) session id belongs to: the id itself for a session."""
-    return session_id.split(AGENT_SESSION_INFIX, 1)[0]
-
-
 GENERAL_PURPOSE = "general-purpose"
 MAX_AGENT_DEPTH = 1
 """A sub-agent has no Agent tool: agents do not start agents (Claude Code's rule too)."""

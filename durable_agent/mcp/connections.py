@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from durable_agent.engine.agents import owning_session
 from durable_agent.engine.messages import ImageBlock, TextBlock
 from durable_agent.mcp.config import McpServerSpec
 from durable_agent.mcp.contracts import (
@@ -32,6 +31,7 @@ from durable_agent.mcp.contracts import (
     McpStatus,
     one_line,
 )
+from durable_agent.names import owning_session
 from durable_agent.operating import MCP_IDLE_SECONDS
 
 if TYPE_CHECKING:

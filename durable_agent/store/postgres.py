@@ -36,6 +36,7 @@ from activities.transcript import (
     write_file_atomic,
 )
 from durable_agent.engine.messages import TranscriptEntry
+from durable_agent.names import agents_prefix
 from durable_agent.store import redact
 
 CONNECT_SECONDS = 3.0
@@ -184,7 +185,7 @@ class PostgresStore(TranscriptStore):
 
     def forget(self, session_id: str) -> None:
         super().forget(session_id)
-        agents = f"{session_id}.agent-"
+        agents = agents_prefix(session_id)
         with self._cache_lock:
             for cached in [k for k in self._seen if k == session_id or k.startswith(agents)]:
                 del self._seen[cached]
