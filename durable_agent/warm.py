@@ -32,9 +32,12 @@ PACKAGES = ("durable_agent", "workflows", "activities")
 WARM_ENV = "DURABLE_AGENT_WARM_WORKER"
 """`0` turns the warm worker off: no CLI starts one or uses one."""
 
-VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES"})
+VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES",
+                      "_DURABLE_AGENT_SETTLED_RSS", "_DURABLE_AGENT_HOST_QUEUE"})  # fmt: skip
 """Variables that differ between two prompts typed in the same shell and that no tool sees
-differently (tools run in the workspace, and their shell sets these itself)."""
+differently (tools run in the workspace, and their shell sets these itself); and what a
+recycled worker passes its fresh process (durable_agent/operating.py, `SETTLED_ENV`,
+`HOST_QUEUE_ENV`: its idle size and its host queue), which change nothing a tool does."""
 
 
 @functools.cache
@@ -171,6 +174,12 @@ def spawn(home: Path) -> None:
             start_new_session=True,
         )
     _write_whole(starting_path(home, fp), str(proc.pid))
+
+
+def restarting(home: Path, fp: str, pid: int) -> None:
+    """Warm worker `pid` is about to replace itself (exec, same pid): it is starting again, so
+    that a CLI meanwhile waits for it instead of spawning another."""
+    _write_whole(starting_path(home, fp), str(pid))
 
 
 def started(home: Path, fp: str) -> None:

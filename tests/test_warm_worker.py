@@ -2,12 +2,14 @@
 needs no worker of its own (issue 9: first model request ≤ 1.5 s), a different one runs its
 own, and a run whose warm worker dies takes its session over."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,13 +118,15 @@ class Script:
         return self.turns.pop(0) if self.turns else text_turn("done")
 
 
-@pytest.fixture
-def warm_home(tmp_path):
+@contextlib.contextmanager
+def _warm(tmp_path: Path, **extra: str) -> Iterator[tuple[dict[str, str], Any, Any, Script]]:
     """`durable-agent server` for a fresh state dir, its warm worker up, in an environment
-    whose API is a replay server; all stopped afterwards."""
+    whose API is a replay server (and `extra`); all stopped afterwards."""
     script = Script()
     with ReplayServer(script) as server:
-        env = cli_env(tmp_path, ANTHROPIC_API_KEY="dummy", ANTHROPIC_BASE_URL=server.base_url)
+        env = cli_env(
+            tmp_path, ANTHROPIC_API_KEY="dummy", ANTHROPIC_BASE_URL=server.base_url, **extra
+        )
         env.pop("DURABLE_AGENT_TASK_QUEUE")
         env.pop(warm.WARM_ENV, None)
         started = durable_agent(["server"], env)
@@ -133,6 +137,12 @@ def warm_home(tmp_path):
         finally:
             stopped = durable_agent(["server", "--stop"], env)
             assert stopped.returncode == 0, stopped.stderr
+
+
+@pytest.fixture
+def warm_home(tmp_path):
+    with _warm(tmp_path) as found:
+        yield found
 
 
 def _run(ws: Path) -> list[str]:
@@ -192,3 +202,42 @@ def test_a_run_takes_its_session_over_when_the_warm_worker_dies(warm_home, tmp_p
     assert result["terminal"] == "completed"
     assert (ws / "began").read_text() == "began\n"  # started once, never again
     assert not (ws / "marker").exists() or (ws / "marker").read_text() == "ran\n"
+
+
+def test_the_warm_worker_gives_its_memory_back_by_recycling(tmp_path):
+    """Like `python worker.py` (tests/test_operating.py), here at any growth: idle after its
+    first work it records its size; idle again and larger, it replaces itself (same pid) and
+    the next run is served by it as before, with no second warm worker started meanwhile."""
+    with _warm(
+        tmp_path, DURABLE_AGENT_IDLE_CHECK_SECONDS="0.5", DURABLE_AGENT_RECYCLE_ABOVE="0.01",
+        DURABLE_AGENT_RECYCLE_MIN_MB="0",
+    ) as (env, record, server, script):  # fmt: skip
+        log = next((tmp_path / "home" / "warm").glob("*.log"))
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        for n in range(3):
+            script.turns.append(text_turn(f"answer {n}"))
+            served = durable_agent(_run(ws)[3:], env)
+            assert served.returncode == 0, served.stderr
+            assert f"served by the warm worker (pid {record.pid})" in served.stderr, (
+                n,
+                log.read_text(),
+            )
+            assert f"answer {n}" in served.stdout
+            if n == 0:
+                _wait(lambda: "idle after work at" in log.read_text(), "a settled size", log)
+            elif n == 1:  # (at this spell or the one before: any growth recycles here)
+                _wait(lambda: "recycling:" in log.read_text(), "the recycling", log)
+                _wait(lambda: log.read_text().count("warm worker pid") == 2, "a fresh one", log)
+        assert [p.name for p in (tmp_path / "home" / "warm").glob("*.json")] == [
+            f"{warm.fingerprint(env)}.json"
+        ]
+        text = log.read_text()
+        assert "idle size of the process it replaced" in text  # its baseline carried over
+
+
+def _wait(predicate: Callable[[], bool], what: str, log: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what}: {log.read_text()[-2000:]}"
+        time.sleep(0.1)

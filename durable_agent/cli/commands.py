@@ -207,12 +207,24 @@ async def cmd_server(args: argparse.Namespace) -> int:
 
 async def cmd_warm_worker(_args: argparse.Namespace) -> int:
     """The warm worker `server` starts: serves its fingerprint's queue until the dev server
-    stops or it is sent SIGTERM (`server --stop`)."""
+    stops or it is sent SIGTERM (`server --stop`). Like `python worker.py`, it gives memory
+    back once idle after work and, idle well above its size after its first work, has itself
+    replaced by a fresh process (`DURABLE_AGENT_RECYCLE_ABOVE`, durable_agent/operating.py):
+    it lives as long as the dev server, through any number of sessions."""
     import signal
 
     from activities.model import ModelActivities, default_client
+    from durable_agent.operating import (
+        Recycler,
+        SettingsError,
+        WorkerSettings,
+        child_processes,
+        inherited_settled_rss,
+        release_memory_when_idle,
+        replace_process,
+    )
     from durable_agent.store import open_store
-    from durable_agent.wiring import build_worker
+    from durable_agent.wiring import IN_FLIGHT, build_worker
 
     if temporal_config.external():
         raise CliError(
@@ -225,6 +237,18 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
     client = await connect(Console(), start_server=False)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        settings = WorkerSettings.from_env()
+    except SettingsError as exc:
+        raise CliError(str(exc), exc.hint or "see `python worker.py --help`") from exc
+    recycler = None
+    if settings.recycle_above > 0:
+        recycler = Recycler(
+            settings.recycle_above,
+            settings.recycle_min_mb,
+            lambda: IN_FLIGHT.count > 0 or child_processes() > 0,
+            settled=inherited_settled_rss(),
+        )
     store = open_store()
     model = ModelActivities(store, default_client, temporal=client)
     async with build_worker(client, record.task_queue, store=store, model=model) as worker:
@@ -234,15 +258,23 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
         print(f"warm worker pid {record.pid} on {record.task_queue}", flush=True)
         # Meanwhile, so that the first session's model call finds its client ready.
         prewarming = asyncio.create_task(model.prewarm())
+        releasing = asyncio.create_task(
+            release_memory_when_idle(settings.idle_check_seconds, recycler=recycler)
+        )
         try:
             while running(home) is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), WARM_CHECK_SECONDS)
-                if stop.is_set():
+                if stop.is_set() or (recycler is not None and recycler.wanted.is_set()):
                     break
         finally:
             warm.remove_record(home, fp, record.pid)
             prewarming.cancel()
+            releasing.cancel()
+    if recycler is not None and recycler.wanted.is_set() and not stop.is_set():
+        print(f"recycling: {recycler.reason}; this process is replaced by a fresh one", flush=True)
+        warm.restarting(home, fp, record.pid)  # no CLI starts a second one meanwhile
+        replace_process(recycler.settled)
     return 0
 
 
