@@ -467,6 +467,21 @@ def worker_runtime(settings: WorkerSettings) -> Runtime | None:
     return Runtime(telemetry=TelemetryConfig(metrics=metrics))
 
 
+def recycler_for(settings: WorkerSettings, host_queue: str | None = None) -> Recycler | None:
+    """What asks for a fresh process once this one idles far above its size (None when
+    `recycle_above` is 0): python worker.py's and the warm worker's. Nothing may be in
+    flight: no activity, no process a tool started."""
+    if settings.recycle_above <= 0:
+        return None
+    return Recycler(
+        settings.recycle_above,
+        settings.recycle_min_mb,
+        lambda: IN_FLIGHT.count > 0 or child_processes() > 0,
+        settled=inherited_settled_rss(),
+        host_queue=host_queue,
+    )
+
+
 async def main() -> Recycler | None:
     """`python worker.py`: serves the shared queue, $DURABLE_AGENT_TASK_QUEUE (default
     `durable-agent`), where `run --no-worker` puts its sessions; its settings, health endpoint,
@@ -502,15 +517,7 @@ async def main() -> Recycler | None:
         promoting = asyncio.ensure_future(
             promote_first_version(client, settings.deployment, build_id)
         )
-    recycler = None
-    if settings.recycle_above > 0:
-        recycler = Recycler(
-            settings.recycle_above,
-            settings.recycle_min_mb,
-            lambda: IN_FLIGHT.count > 0 or child_processes() > 0,
-            settled=inherited_settled_rss(),
-            host_queue=host_queue,
-        )
+    recycler = recycler_for(settings, host_queue)
     releasing = asyncio.ensure_future(
         release_memory_when_idle(settings.idle_check_seconds, recycler=recycler)
     )

@@ -215,16 +215,13 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
 
     from activities.model import ModelActivities, default_client
     from durable_agent.operating import (
-        Recycler,
         SettingsError,
         WorkerSettings,
-        child_processes,
-        inherited_settled_rss,
         release_memory_when_idle,
         replace_process,
     )
     from durable_agent.store import open_store
-    from durable_agent.wiring import IN_FLIGHT, build_worker
+    from durable_agent.wiring import build_worker, recycler_for
 
     if temporal_config.external():
         raise CliError(
@@ -241,14 +238,7 @@ async def cmd_warm_worker(_args: argparse.Namespace) -> int:
         settings = WorkerSettings.from_env()
     except SettingsError as exc:
         raise CliError(str(exc), exc.hint or "see `python worker.py --help`") from exc
-    recycler = None
-    if settings.recycle_above > 0:
-        recycler = Recycler(
-            settings.recycle_above,
-            settings.recycle_min_mb,
-            lambda: IN_FLIGHT.count > 0 or child_processes() > 0,
-            settled=inherited_settled_rss(),
-        )
+    recycler = recycler_for(settings)
     store = open_store()
     model = ModelActivities(store, default_client, temporal=client)
     async with build_worker(client, record.task_queue, store=store, model=model) as worker:
