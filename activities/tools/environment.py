@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -243,9 +244,9 @@ def start_reaper() -> None:
     """Once per process, before its first tool, hook or MCP server: start the reaper that ends
     them all if this process dies (durable_agent/reaper.py). Where it cannot start, tools
     still run (as they did before it)."""
-    if _reaper is not None and _reaper_owner == os.getpid():
-        return
-    _reaper_for(os.getpid())
+    with _reaper_lock:  # tools start from the event loop and from threads
+        if _reaper_owner != os.getpid():  # none tried yet, or this is a forked child
+            _reaper_for(os.getpid())
 
 
 def _reaper_for(pid: int) -> None:
@@ -287,4 +288,5 @@ def reaper_pid() -> int | None:
 _reaper: subprocess.Popen[bytes] | None = None
 _reaper_pipe: int | None = None
 _reaper_owner: int | None = None
+_reaper_lock = threading.Lock()
 atexit.register(stand_down)
