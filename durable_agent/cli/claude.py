@@ -24,11 +24,11 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -44,6 +44,7 @@ from durable_agent.cli.claude_input import InputError, Stdin, parse_line
 from durable_agent.cli.console import Console
 from durable_agent.cli.errors import CliError
 from durable_agent.cli.following import follow_with
+from durable_agent.cli.reconnect import riding_out
 from durable_agent.cli.serving import (
     prepared,
     served_warm,
@@ -88,6 +89,8 @@ from durable_agent.engine.tool_hooks import result_field
 from durable_agent.engine.web_search import WEB_SEARCH, offered
 from durable_agent.mcp.contracts import McpServerState, McpStatus
 from durable_agent.names import Queries, Signals, Updates, Workflows
+
+T = TypeVar("T")
 
 CLAUDE_CODE_VERSION = "2.1.332"
 """The Claude Code version whose stream-json and control protocol this front-end speaks (what
@@ -434,11 +437,13 @@ class Front:
                 checkpoint, self._seen = await asyncio.to_thread(
                     checkpoint_here, self.workspace, self._seen
                 )
+        update_id = f"prompt-{uuid.uuid4()}"  # the same on a retry: the prompt goes in once
         try:
-            accepted = await self.handle.execute_update(
-                Updates.SUBMIT_PROMPT, request, id=f"prompt-{uuid.uuid4()}",
-                result_type=PromptAccepted,
-            )  # fmt: skip
+            accepted = await self._riding_out(
+                lambda: self.handle.execute_update(
+                    Updates.SUBMIT_PROMPT, request, id=update_id, result_type=PromptAccepted
+                )
+            )
         except WorkflowUpdateFailedError as exc:
             raise CliError(f"the prompt was not accepted: {exc.cause}") from exc
         self.pending.append(checkpoint if self.checkpointing else None)
@@ -541,6 +546,18 @@ class Front:
         if waiting is not None and not waiting.done():
             waiting.set_result(response)
 
+    async def _riding_out(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()` through a Temporal outage, as `run` rides one out (cli/reconnect.py): said
+        on stderr (stdout is the SDK's), given up after DURABLE_AGENT_RECONNECT_SECONDS."""
+        return await riding_out(call, Console("json"), self.out.session_id)
+
+    async def _answer(self, child: WorkflowHandle[Any, Any], update: str, answer: Any) -> None:
+        """The SDK's answer to what the prompt waits for (Update `update`), through an outage;
+        one the prompt no longer waits for (answered elsewhere, timed out, interrupted) is
+        dropped."""
+        with contextlib.suppress(WorkflowUpdateFailedError):
+            await self._riding_out(lambda: child.execute_update(update, answer, result_type=str))
+
     async def ask_sdk(self, child: WorkflowHandle[Any, Any]) -> None:
         """The prompt waits for the SDK: its hook callbacks, then approvals (can_use_tool)."""
         await self.run_sdk_hooks(child)
@@ -555,7 +572,9 @@ class Front:
         return await waiting
 
     async def run_sdk_hooks(self, child: WorkflowHandle[Any, Any]) -> None:
-        requests = await child.query(Queries.HOOK_REQUESTS, result_type=list[HookCallbackRequest])
+        requests = await self._riding_out(
+            lambda: child.query(Queries.HOOK_REQUESTS, result_type=list[HookCallbackRequest])
+        )
         for req in requests:
             outputs: list[dict[str, Any] | None] = []
             errors: list[str] = []
@@ -569,14 +588,13 @@ class Front:
                 outputs.append((response.get("response") or {}) if ok else None)
                 errors.append("" if ok else str(response.get("error") or "the callback failed"))
             answer = HookCallbackAnswer(request_id=req.request_id, outputs=outputs, errors=errors)
-            try:
-                await child.execute_update(Updates.HOOK_CALLBACK_RESULT, answer, result_type=str)
-            except WorkflowUpdateFailedError:
-                pass  # timed out meanwhile, or interrupted
+            await self._answer(child, Updates.HOOK_CALLBACK_RESULT, answer)
 
     async def approvals(self, child: WorkflowHandle[Any, Any]) -> None:
         """Calls that wait for approval: ask the SDK (can_use_tool), pass its answers on."""
-        requests = await child.query(Queries.APPROVALS, result_type=list[ApprovalRequest])
+        requests = await self._riding_out(
+            lambda: child.query(Queries.APPROVALS, result_type=list[ApprovalRequest])
+        )
         for req in requests:
             ask = {
                 "subtype": "can_use_tool",
@@ -595,10 +613,7 @@ class Front:
                 )
             else:
                 answer = ApprovalAnswer(request_id=req.request_id, behavior="allow", by="sdk")
-            try:
-                await child.execute_update(Updates.APPROVE_TOOL, answer, result_type=str)
-            except WorkflowUpdateFailedError:
-                pass  # answered elsewhere meanwhile, or interrupted
+            await self._answer(child, Updates.APPROVE_TOOL, answer)
 
     async def follow(self, lines: Lines) -> None:
         """Each accepted prompt in order: its transcript entries as they land, then its result."""
@@ -632,8 +647,9 @@ class Front:
             if lines.partial is not None:  # a message's stream comes after what precedes it
                 lines.partial.before_message = lambda uuid: show_landed(False, uuid)
 
+            outcome = self._riding_out(functools.partial(query_result, child))
             result = await watch(
-                query_result(child), child, console, asyncio.Event(), "waiting for a worker",
+                outcome, child, console, asyncio.Event(), "waiting for a worker",
                 3600.0, on_approval=functools.partial(self.ask_sdk, child), on_events=live,
             )  # fmt: skip
             assert result is not None

@@ -4,6 +4,7 @@ reports the session's real outcome; `chat` and `tail` keep going too."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import IO
 
+import pytest
 from temporalio.client import Client
 
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
@@ -23,7 +25,11 @@ depend on when the CLI's call happened to fall (1 run in 6 failed with 6 s)."""
 
 
 def _cli(
-    args: list[str], env: dict[str, str], stdin: bool = False, into: Path | None = None
+    args: list[str],
+    env: dict[str, str],
+    stdin: bool = False,
+    into: Path | None = None,
+    cwd: Path = ROOT,
 ) -> subprocess.Popen[str]:
     """With `into`, its stdout and stderr go to `into`.out and `into`.err, to be read while
     it runs."""
@@ -32,7 +38,7 @@ def _cli(
     if into is not None:
         out, err = into.with_suffix(".out").open("w"), into.with_suffix(".err").open("w")
     return subprocess.Popen(
-        [sys.executable, "-m", "durable_agent", *args], cwd=ROOT, env=env,
+        [sys.executable, "-m", "durable_agent", *args], cwd=cwd, env=env,
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=out, stderr=err,
         text=True,
     )  # fmt: skip
@@ -48,7 +54,11 @@ def _finish(proc: subprocess.Popen[str], seconds: float) -> tuple[int, str, str]
     return proc.returncode, out, err
 
 
-async def test_run_no_worker_rides_out_a_server_restart(own_server, tmp_path):
+@pytest.mark.parametrize("form", ["run", "print"])
+async def test_run_no_worker_rides_out_a_server_restart(own_server, tmp_path, form):
+    """`run --no-worker`, and `-p` (`claude -p`'s form, its worker elsewhere too): a fault
+    campaign found `-p` ended with "unexpected RPCError: tcp connect error" after an 8 s
+    outage, its result never printed, while the session went on."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     command = "echo started >> marker; sleep 3; echo real-output"
@@ -57,18 +67,12 @@ async def test_run_no_worker_rides_out_a_server_restart(own_server, tmp_path):
     with ReplayServer(turns) as api:
         env = process_env(tmp_path, own_server.address, api.base_url, task_queue)
         with WorkerProcess(env, tmp_path / "worker.log"):
-            proc = _cli(
-                [
-                    "run",
-                    "go",
-                    "--no-worker",
-                    "--workspace",
-                    str(workspace),
-                    "--allowedTools",
-                    "Bash",
-                ],
-                env,
-            )
+            if form == "run":
+                args = ["run", "go", "--no-worker", "--workspace", str(workspace)]
+                proc = _cli([*args, "--allowedTools", "Bash"], env)
+            else:
+                args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
+                proc = _cli(args, {**env, "DURABLE_AGENT_NO_WORKER": "1"}, cwd=workspace)
             await wait_for((workspace / "marker").exists, 60, "the tool to start")
             own_server.kill()
             down_at = time.monotonic()
@@ -79,6 +83,9 @@ async def test_run_no_worker_rides_out_a_server_restart(own_server, tmp_path):
     assert code == 0, err[-2000:]
     assert "reconnecting" in err and "Traceback" not in err and "RPCError" not in err
     assert "all done" in out
+    if form == "print":
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["type"] == "result" and result["result"] == "all done", result
     assert (workspace / "marker").read_text() == "started\n"
     assert api.requests[1]["messages"][-1]["content"][0]["content"] == "real-output"
     assert back_in < OUTAGE_SECONDS + 30
