@@ -285,12 +285,16 @@ class HookActivities:
     @activity.defn(name=Activities.RUN_HOOKS)
     async def run_hooks(self, req: HookEventInput) -> HookEventResult:
         """Every handler chosen for one event (`hooks_for` on the settings snapshot), in
-        parallel; stdin is the event's payload with Claude Code's common fields."""
-        if req.hosted is not None:  # in this host's copy of the travelling workspace
-            if self.hosts is None:
-                raise ApplicationError("this worker hosts no workspaces", non_retryable=True)
-            tree, _ = await off_loop(self.hosts.ensure, req.session_id, req.hosted)
-            req = req.model_copy(update={"workspace": str(tree)})
+        parallel; stdin is the event's payload with Claude Code's common fields. With a
+        travelling workspace, in this host's copy of it (held meanwhile: no sweep drops it)."""
+        if req.hosted is None:
+            return await self._run_hooks(req)
+        if self.hosts is None:
+            raise ApplicationError("this worker hosts no workspaces", non_retryable=True)
+        async with self.hosts.in_copy(req.session_id, req.hosted) as tree:
+            return await self._run_hooks(req.model_copy(update={"workspace": str(tree)}))
+
+    async def _run_hooks(self, req: HookEventInput) -> HookEventResult:
         body = {
             "session_id": req.session_id,
             "transcript_path": str(await off_loop(self.transcript_path, req.session_id)),

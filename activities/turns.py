@@ -147,8 +147,9 @@ class TurnActivities:
         if req.hosted is not None:
             if self.hosts is None:
                 return BetweenTurnsOutput(seen=req.seen)
-            tree, _ = self.hosts.ensure(req.session_id, req.hosted)
-            root = str(tree)
+            with self.hosts.holding(req.session_id):
+                tree, _ = self.hosts.ensure(req.session_id, req.hosted)
+                return look(req, str(tree), self._uses(req), Path.home())
         return look(req, root, self._uses(req), Path.home())
 
     @activity.defn(name=Activities.BETWEEN_TURNS)

@@ -9,13 +9,14 @@ copy, its output back."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,11 @@ class WorkspaceHosts:
         self.root = store.root / "workspaces"
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._users: dict[str, int] = {}
+        """Steps working in each copy now (`holding`): the sweep leaves such a copy alone."""
+        self._dirty: set[str] = set()
+        """Copies a tool may have changed since their last checkpoint: the sweep leaves them
+        alone too (their changes are in no checkpoint yet); `checkpoint` clears the mark."""
 
     def blobs(self) -> Blobs:
         return self.store.blobs()
@@ -86,6 +92,34 @@ class WorkspaceHosts:
     def _save(self, session_id: str, at: str, manifest: Manifest) -> None:
         write_file_atomic(self._dir(session_id) / "at.json", f"{at}\n{manifest.model_dump_json()}")
 
+    @contextlib.contextmanager
+    def holding(self, session_id: str, changes: bool = False) -> Iterator[None]:
+        """A step works in the session's copy meanwhile (make it with `ensure` inside): the
+        sweep does not drop it under the step (a session resumed just as a sweep found it
+        closed), and with `changes` (a tool that may change files) not afterwards either,
+        until the next checkpoint holds what the step did."""
+        name = self._dir(session_id).name
+        with self._guard:
+            self._users[name] = self._users.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                if changes:
+                    self._dirty.add(name)
+                left = self._users.pop(name) - 1
+                if left:
+                    self._users[name] = left
+
+    @contextlib.asynccontextmanager
+    async def in_copy(
+        self, session_id: str, checkpoint_id: str, changes: bool = False
+    ) -> AsyncIterator[Path]:
+        """The session's copy (`ensure`), held while the caller works in it (`holding`)."""
+        with self.holding(session_id, changes):
+            tree, _ = await off_loop(self.ensure, session_id, checkpoint_id)
+            yield tree
+
     def ensure(self, session_id: str, checkpoint_id: str) -> tuple[Path, bool]:
         """The session's copy here, made to hold `checkpoint_id` unless it already comes from
         it (then it keeps the changes tools made since: they are this host's, not yet
@@ -107,20 +141,26 @@ class WorkspaceHosts:
             previous = record[1] if record is not None else None
             made = materialise(wanted, blobs, tree, previous=previous)
             self._save(session_id, checkpoint_id, made)
+            with self._guard:  # what tools changed since is gone: it holds the checkpoint
+                self._dirty.discard(self._dir(session_id).name)
             return tree, True
 
     def checkpoint(self, session_id: str, checkpoint_id: str) -> CheckpointOutput:
         """Record the copy's files as a new checkpoint: only new or changed files are read and
         uploaded (stat hints decide, as git's index does); blocking."""
-        self.ensure(session_id, checkpoint_id)
-        with self._lock(session_id):
-            record = self._record(session_id)
-            assert record is not None
-            at, previous = record
-            blobs = self.blobs()
-            manifest = snapshot(self.tree(session_id), blobs, previous=previous, max_bytes=None)
-            new_id = store_manifest(manifest, blobs)
-            self._save(session_id, new_id, manifest)
+        with self.holding(session_id):
+            self.ensure(session_id, checkpoint_id)
+            with self._lock(session_id):
+                record = self._record(session_id)
+                assert record is not None
+                at, previous = record
+                blobs = self.blobs()
+                tree = self.tree(session_id)
+                manifest = snapshot(tree, blobs, previous=previous, max_bytes=None)
+                new_id = store_manifest(manifest, blobs)
+                self._save(session_id, new_id, manifest)
+                with self._guard:
+                    self._dirty.discard(self._dir(session_id).name)
         changes = diff(previous, manifest)
         touched = [*changes.added, *changes.changed]
         return CheckpointOutput(
@@ -165,16 +205,22 @@ class WorkspaceHosts:
         return 0.0
 
     def drop_unused(self, name: str) -> bool:
-        """Drop the copy in folder `name` unless a step is using it now; True if dropped."""
+        """Drop the copy in folder `name` unless a step is using it now or a tool changed it
+        since its last checkpoint; True if dropped."""
         return self._remove(name, wait=False)
 
     def _remove(self, name: str, wait: bool) -> bool:
-        """Remove the copy in folder `name` and its lock, under that lock (`wait`: for it;
-        else not at all when it is held). True if removed."""
+        """Remove the copy in folder `name` and its lock, under that lock (`wait`: for the lock,
+        the session having ended; else not at all when the copy is locked, held by a step or
+        changed since its checkpoint). True if removed."""
         lock = self._lock(name)
         if not lock.acquire(blocking=wait):
             return False
         try:
+            with self._guard:
+                if not wait and (self._users.get(name) or name in self._dirty):
+                    return False
+                self._dirty.discard(name)
             shutil.rmtree(self.root / name, ignore_errors=True)
         finally:
             lock.release()

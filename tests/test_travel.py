@@ -363,3 +363,46 @@ async def test_a_host_drops_the_copies_of_ended_sessions_it_was_left_with(
                 await each.shutdown()
             await runner
     store.db.close()
+
+
+async def test_the_sweep_never_drops_a_copy_a_step_works_in_or_a_tool_changed(tmp_path, pg_url):
+    """The sweep asks Temporal once per session and acts later (after slow deletions): a
+    session resumed meanwhile had its copy deleted under its running Bash (a fault campaign:
+    2 of 10 tries with a 250,000-file sub-agent copy listed first; the tool's change was lost).
+    A step now holds the copy it works in, and a tool that may change files keeps it from the
+    sweep until the next checkpoint holds the change."""
+    from activities.workspace import WorkspaceHosts, sweep
+    from durable_agent.workspace import snapshot, store_manifest
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    store = PostgresStore(tmp_path / "host-home", pg_url)
+    try:
+        base = store_manifest(snapshot(ws, store.blobs()), store.blobs())
+        hosts = WorkspaceHosts(store, "q/host-x")
+
+        async def closed(_: str) -> bool:  # what the sweep heard before the session resumed
+            return False
+
+        async with hosts.in_copy("s1", base, changes=True) as tree:
+            (tree / "a.txt").write_text("changed by the resumed session's Bash\n")
+            assert await sweep(hosts, closed) == 0
+            assert (tree / "a.txt").exists()
+        assert await sweep(hosts, closed) == 0  # changed since its checkpoint: kept
+        assert (tree / "a.txt").read_text() == "changed by the resumed session's Bash\n"
+        await asyncio.to_thread(hosts.checkpoint, "s1", base)
+        assert await sweep(hosts, closed) == 1  # at rest at its checkpoint: it may go
+        assert not tree.exists()
+
+        async with hosts.in_copy("s2", base) as tree:  # a read-only step (a Read, a hook)
+            assert await sweep(hosts, closed) == 0
+            assert (tree / "a.txt").read_text() == "a\n"
+        assert await sweep(hosts, closed) == 1
+        # The session's own end drops its copy whatever a step left (it has ended).
+        async with hosts.in_copy("s3", base, changes=True):
+            pass
+        await asyncio.to_thread(hosts.drop, "s3")
+        assert hosts.held() == {}
+    finally:
+        store.db.close()

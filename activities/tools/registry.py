@@ -394,11 +394,13 @@ class ToolActivities:
             raise ApplicationError(
                 "this worker hosts no workspaces (it has no shared store)", non_retryable=True
             )
-        tree, _ = await off_loop(self.hosts.ensure, req.session_id, req.hosted)
-        seen = req.workspace
-        here = req.model_copy(update={"workspace": str(tree)})
-        mapped = block.model_copy(update={"input": map_paths(block.input, seen, str(tree))})
-        ran = await self._run_once(here, mapped)
+        spec = TOOL_SPECS.get(block.name)
+        changes = spec is None or not spec.is_read_only(block.input)
+        async with self.hosts.in_copy(req.session_id, req.hosted, changes) as tree:
+            seen = req.workspace
+            here = req.model_copy(update={"workspace": str(tree)})
+            mapped = block.model_copy(update={"input": map_paths(block.input, seen, str(tree))})
+            ran = await self._run_once(here, mapped)
         if isinstance(ran, ToolResultBlock):
             return ran
         content = map_paths(ran.content, str(tree), seen)
