@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
 
-from bench.common import dev_env  # noqa: E402
+from bench.common import cpu_seconds, dev_env, dev_server_pid  # noqa: E402
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn  # noqa: E402
 from tests.helpers import free_port, start_session, start_worker_logged, worker_env  # noqa: E402
 
@@ -54,7 +53,6 @@ CLI_CONFIG: dict[str, object] = {"settings": {}}
 """As the CLI starts a session: with its settings snapshot (here: no settings files), from which
 the workflow knows there are no Stop hooks to run."""
 FILE = "notes.txt"
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class Script:
@@ -72,32 +70,11 @@ class Script:
         return turn.model_copy(update={"pause_before": {0: self.latency}})
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
-
-
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
-
-
-def dev_server_pid() -> int:
-    """The `temporal server start-dev` child of this process."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"start-dev" in cmdline:
-            return int(entry.name)
-    raise RuntimeError("no dev server child")
 
 
 def wait_ready(health: int, proc: subprocess.Popen[bytes], log: Path) -> None:
