@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from activities.credentials import Credentials, CredentialsError
 from activities.heartbeat import heartbeating
@@ -795,7 +796,10 @@ class ModelActivities:
 
     async def _tool_ready(self, req: CallModelInput, block: ToolUseBlock) -> None:
         """Tell the workflow a tool_use is complete, and wait until the signal is accepted so
-        it precedes this activity's completion in history."""
+        it precedes this activity's completion in history. Best effort: a signal Temporal
+        does not take (the server down a while) leaves the tool to start with the complete
+        answer (the final message is the truth: StreamingToolExecutor.reconcile), where it
+        failed the attempt and had the model called again."""
         info = activity.info()
         if self.temporal is None or info.workflow_id is None:
             return
@@ -806,7 +810,12 @@ class ModelActivities:
             call=await self._describe(req, block),
         )
         handle = self.temporal.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-        await handle.signal(Signals.TOOL_USE_READY, ready)
+        try:
+            await handle.signal(Signals.TOOL_USE_READY, ready)
+        except RPCError as exc:
+            activity.logger.warning(
+                "%s starts with the complete answer: the early signal failed (%s)", block.id, exc
+            )
 
     async def _describe(
         self, req: CallModelInput, block: ToolUseBlock, last: bool = False

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.transcript import StoreError, TranscriptStore
 from durable_agent.engine.state import OUTPUT_RECOVERY_MESSAGE, Terminal, Transition
-from durable_agent.replay import ErrorReply, Fault, ReplayServer, Turn, text_turn
+from durable_agent.replay import ErrorReply, Fault, ReplayServer, Turn, text_turn, tool_turn
 from durable_agent.replay.cassette import message
 from tests.helpers import run_session
 from workflows.session import query_workflow_id
@@ -381,3 +382,52 @@ async def test_a_store_that_stays_broken_ends_naming_the_store(
     assert len(server.requests) == 1
     assert "transcript could not be written" in result.message
     assert "No space left on device" in result.message
+
+
+class _SignalsFail:
+    """A Temporal client whose signals fail as in a server outage; the rest is the real one's."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.failed = 0
+
+    def get_workflow_handle(self, *args: Any, **kwargs: Any) -> Any:
+        handle = self.client.get_workflow_handle(*args, **kwargs)
+        outer = self
+
+        class Handle:
+            async def signal(self, *_: Any, **__: Any) -> None:
+                outer.failed += 1
+                raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(handle, name)
+
+        return Handle()
+
+
+async def test_an_early_tool_signal_lost_in_an_outage_does_not_call_the_model_again(
+    ts_env, store, workspace, task_queue
+):
+    """The signal that starts a tool while the model still streams (eager tools) is refused,
+    the server being down: the tool starts once the answer is complete. A fault campaign saw
+    the model step fail on it, and the model called again for the same answer."""
+    from activities.model import ModelActivities
+    from durable_agent.wiring import build_worker
+    from tests.helpers import replay_client_factory, start_session
+
+    turns = [tool_turn([("b1", "Bash", {"command": "echo hi"})]), text_turn("done")]
+    with ReplayServer(turns) as server:
+        factory = replay_client_factory(server)
+        temporal = _SignalsFail(ts_env.client)
+        model = ModelActivities(store, factory, temporal=temporal)
+        async with build_worker(ts_env.client, task_queue, store, factory, model=model):
+            _, handle = await start_session(
+                ts_env.client, workspace, task_queue, config={"eager_tools": "all"}
+            )
+            status = await handle.result()
+    assert temporal.failed == 1  # the one early signal, refused
+    assert status.last_result is not None and status.last_result.terminal == Terminal.COMPLETED
+    assert len(server.requests) == 2  # the tool's answer, then the text: none made twice
+    answer = server.requests[1]["messages"][-1]["content"][0]
+    assert answer["tool_use_id"] == "b1" and answer["content"] == "hi"
