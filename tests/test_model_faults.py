@@ -420,7 +420,7 @@ async def test_an_early_tool_signal_lost_in_an_outage_does_not_call_the_model_ag
     with ReplayServer(turns) as server:
         factory = replay_client_factory(server)
         temporal = _SignalsFail(ts_env.client)
-        model = ModelActivities(store, factory, temporal=temporal)
+        model = ModelActivities(store, factory, temporal=temporal)  # type: ignore[arg-type]
         async with build_worker(ts_env.client, task_queue, store, factory, model=model):
             _, handle = await start_session(
                 ts_env.client, workspace, task_queue, config={"eager_tools": "all"}
