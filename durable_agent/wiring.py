@@ -219,6 +219,11 @@ class Workers:
         if failure is not None:
             raise failure
 
+    async def shutdown(self) -> None:
+        """Every worker of the group drains at once (each lets its running activities finish
+        within its graceful shutdown timeout): SIGTERM's drain (run_until_signalled)."""
+        await asyncio.gather(*(worker.shutdown() for worker in self.group))
+
     async def run(self) -> None:
         sweeper = None
         if self.hosts is not None and self.sweep_seconds > 0:

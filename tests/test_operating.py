@@ -229,10 +229,14 @@ def slow_tool(workspace: Path, seconds: float, output: str) -> tuple[Path, Path,
     return started, finished, command
 
 
-async def test_sigterm_during_a_long_tool_lets_it_finish(dev_env, tmp_path):
+@pytest.mark.parametrize("store", ["local", "shared"])
+async def test_sigterm_during_a_long_tool_lets_it_finish(dev_env, tmp_path, store, request):
     """SIGTERM while a Bash call runs: the worker stops taking work and says it is not ready,
     the tool runs to its end, its real result is reported by the draining worker, which then
-    exits 0; a new worker (a replacement pod) carries the session on. The tool ran once."""
+    exits 0; a new worker (a replacement pod) carries the session on. The tool ran once. With
+    a shared store a worker is a group (its host queue's worker too), which had no drain: it
+    ended in an AttributeError's traceback instead."""
+    shared = {"DURABLE_AGENT_STORE": request.getfixturevalue("pg_url")} if store == "shared" else {}
     workspace = tmp_path / "ws"
     started, finished, command = slow_tool(workspace, 4, "tool output ok")
     turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("all done")]
@@ -243,7 +247,7 @@ async def test_sigterm_during_a_long_tool_lets_it_finish(dev_env, tmp_path):
         env = worker_env(
             server.base_url, tmp_path / "home", queue, address,
             DURABLE_AGENT_DRAIN_SECONDS="60",
-            DURABLE_AGENT_HEALTH_ADDRESS=f"127.0.0.1:{health}",
+            DURABLE_AGENT_HEALTH_ADDRESS=f"127.0.0.1:{health}", **shared,
         )  # fmt: skip
         log = tmp_path / "worker.log"
         worker = start_worker(env, log)
