@@ -416,8 +416,8 @@ class TranscriptStore:
         results = self._results_dir(session_id)
         if kind == "early":
             return results / "early" / f"{key}.json"
-        if kind == "started":
-            return results / f"{key}.json.started"
+        if kind in ("started", "superseded"):
+            return results / f"{key}.json.{kind}"
         return results / f"{key}.json"
 
     def _put_record(self, session_id: str, kind: str, key: str, text: str) -> None:
@@ -481,6 +481,18 @@ class TranscriptStore:
         except ValueError:
             return {}
         return value if isinstance(value, dict) else {}
+
+    def mark_tool_superseded(
+        self, session_id: str, tool_use_id: str, run_id: str, record: dict[str, Any]
+    ) -> None:
+        """A retry elsewhere has reported this execution interrupted (its start recorded, its
+        worker not to be found): wherever it still runs, it is to be ended."""
+        key = _result_key(tool_use_id, run_id)
+        self._put_record(session_id, "superseded", key, json.dumps(record))
+
+    def tool_superseded(self, session_id: str, tool_use_id: str, run_id: str) -> bool:
+        key = _result_key(tool_use_id, run_id)
+        return self._get_record(session_id, "superseded", key) is not None
 
     def hook_records(self, session_id: str) -> Any:
         """The session's hook ledger (activities.hooks.HookLedger): this store's directory of

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator
@@ -271,6 +272,9 @@ class ToolActivities:
         attempt (a restart while it runs: its heartbeats could not reach it) the retry may come
         to this same process while the tool still runs: it waits for it, never kills it."""
         self._recording: set[asyncio.Future[None]] = set()
+        self._watching: set[asyncio.Future[None]] = set()
+        """Executions whose attempt the server lost, watched for a retry elsewhere
+        (`_end_if_superseded`)."""
 
     async def _call_mcp(self, req: RunToolInput, block: ToolUseBlock) -> ToolOutput:
         """An MCP tool: through this worker's connection to its server (opened if need be)."""
@@ -326,11 +330,39 @@ class ToolActivities:
         except asyncio.CancelledError:
             if _server_lost_attempt() and not task.done():
                 task.add_done_callback(functools.partial(self._record_orphan, req))
+                watching = asyncio.ensure_future(self._end_if_superseded(req, task))
+                self._watching.add(watching)
+                watching.add_done_callback(self._watching.discard)
             else:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
             raise
+
+    async def _end_if_superseded(self, req: RunToolInput, task: asyncio.Task[ToolOutput]) -> None:
+        """An execution whose attempt the server lost runs on, for a retry on this worker (which
+        waits for it, `_live`). A retry that ran on another machine (this one was cut off,
+        stopped or asleep past the heartbeat timeout) has told the model the call was
+        interrupted and marked it superseded (`_run_once`): then it is ended here, so that it
+        does not go on with its side effects while the model may run the call again."""
+        while not task.done():
+            await asyncio.sleep(SUPERSEDED_CHECK_SECONDS)
+            try:
+                superseded = await off_loop(
+                    self.store.tool_superseded, req.session_id, req.tool_use_id, req.run_id
+                )
+            except Exception:  # noqa: BLE001 — the store unreachable: ask again
+                continue
+            if superseded and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+                await off_loop(kill_tagged, _run_tag(req))
+                LOG.warning(
+                    "ended %s of session %s: a retry on another machine reported it interrupted",
+                    req.tool_use_id, req.session_id,
+                )  # fmt: skip
+                return
 
     def _forget(self, tag: str, task: asyncio.Task[ToolOutput]) -> None:
         if self._live.get(tag) is task:
@@ -463,6 +495,11 @@ class ToolActivities:
                 await off_loop(kill_tagged, _run_tag(req))  # what the lost attempt left running
                 if req.mcp_server is not None:  # a dead worker's server may still run the call
                     await off_loop(kill_orphaned_mcp_servers, req.session_id)
+                with contextlib.suppress(Exception):  # its worker, if alive elsewhere, ends it
+                    await off_loop(
+                        self.store.mark_tool_superseded, req.session_id, req.tool_use_id,
+                        req.run_id, _owner_record(),
+                    )  # fmt: skip
                 return ToolOutput(INTERRUPTED_TEXT, is_error=True)
             try:
                 await off_loop(self._mark_started, req)
@@ -506,6 +543,11 @@ class ToolActivities:
                     return found
         return await off_loop(self._recorded_result, req)
 
+
+SUPERSEDED_CHECK_SECONDS = 1.0
+"""How often an execution whose attempt the server lost looks whether a retry elsewhere has
+reported it interrupted (`_end_if_superseded`)."""
+LOG = logging.getLogger(__name__)
 
 INTERRUPTED_TEXT = (
     "This tool call was interrupted (the worker running it stopped) before its result was "

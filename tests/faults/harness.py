@@ -275,11 +275,15 @@ class WorkerProcess:
             await asyncio.wait({task}, timeout=0.5)
         return task.result()
 
-    async def polling(self, client: Client, task_queue: str, seconds: float = 75) -> None:
+    async def polling(
+        self, client: Client, task_queue: str, seconds: float = 75, host: str | None = None
+    ) -> None:
         """Until this worker polls both the workflow and the activity queue: a standby worker,
         so that a kill measures the system's recovery (heartbeat timeout, retry), not the
-        seconds `python worker.py` takes to import on a busy machine (5-8 s measured)."""
+        seconds `python worker.py` takes to import on a busy machine (5-8 s measured). `host`:
+        the hostname of a worker run as another machine (its pid is its namespace's)."""
         assert self.proc is not None, "start it first"
+        me = f"@{host}" if host else f"{self.proc.pid}@"
         kinds = (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -293,7 +297,8 @@ class WorkerProcess:
                     )
                 )
                 polling += any(
-                    p.identity.startswith(f"{self.proc.pid}@") for p in described.pollers
+                    (p.identity.endswith(me) if host else p.identity.startswith(me))
+                    for p in described.pollers
                 )
             if polling == len(kinds):
                 return

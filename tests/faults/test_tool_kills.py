@@ -277,3 +277,73 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+async def test_a_tool_taken_over_on_another_machine_is_ended_where_it_still_runs(
+    dev_env, tmp_path, pg_url
+):
+    """Worker A is alive but stopped (a laptop asleep, a VM paused, a partition) past the tool's
+    heartbeat timeout: the retry runs on worker B, another machine (its own hostname and process
+    table), which cannot end A's command and tells the model it was interrupted. When A wakes,
+    the server has lost its attempt and the command would run on with its side effects while
+    the model may run it again: B marked it superseded in the shared store and A ends it."""
+    import signal
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = "echo x >> marker; sleep 60; touch late"
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("done")]
+    address = dev_env.client.service_client.config.target_host
+    task_queue = f"superseded-{uuid.uuid4()}"
+    other_machine = ["unshare", "-u", "-p", "-f", "--mount-proc",
+                     "sh", "-c", 'hostname other-machine && exec "$@"', "sh"]  # fmt: skip
+    with ReplayServer(turns) as api:
+        # One activity poll: a stopped worker's outstanding polls still take tasks (each then
+        # waits out its timeout), and the tool's retries are few.
+        env_a = process_env(tmp_path / "a", address, api.base_url, task_queue,
+                            DURABLE_AGENT_STORE=pg_url, DURABLE_AGENT_ACTIVITY_POLLERS="1")  # fmt: skip
+        env_b = process_env(tmp_path / "b", address, api.base_url, task_queue,
+                            DURABLE_AGENT_STORE=pg_url)  # fmt: skip
+        a = WorkerProcess(env_a, tmp_path / "a.log").start()
+        b = WorkerProcess(env_b, tmp_path / "b.log", wrap=other_machine)
+        sid = f"superseded-{uuid.uuid4()}"
+        try:
+            # B starts meanwhile (it imports for seconds); A takes the prompt's steps first.
+            await a.polling(dev_env.client, task_queue)
+            standing_by = asyncio.ensure_future(
+                b.start().polling(dev_env.client, task_queue, host="other-machine")
+            )
+            handle = await dev_env.client.start_workflow(
+                SessionWorkflow.run,
+                SessionInput(
+                    session_id=sid,
+                    config=QueryConfig.model_validate(
+                        {"workspace": str(workspace), "tool_heartbeat_seconds": 2}
+                    ),
+                    initial_prompt="go",
+                    close_when_idle=False,
+                ),
+                id=sid,
+                task_queue=task_queue,
+            )
+            await wait_for((workspace / "marker").exists, 60, "the command to start")
+            started = time.monotonic()
+            await standing_by
+            assert a.proc is not None
+            a.proc.send_signal(signal.SIGSTOP)
+            # B's retry answers (A, stopped, answers no query: watch the model's requests).
+            await wait_for(lambda: len(api.requests) >= 2, 60, "the retry's answer on B")
+            assert _leftovers(sid), "A's command should still run: B cannot see it"
+            a.proc.send_signal(signal.SIGCONT)
+            await wait_for(lambda: _leftovers(sid) == [], 15, "A to end its superseded command")
+            assert time.monotonic() - started < 60, "too slow to tell: the command would be over"
+            await handle.terminate()
+        finally:
+            if a.proc is not None:
+                a.proc.send_signal(signal.SIGCONT)
+            a.stop()
+            b.stop()
+    assert not (workspace / "late").exists()
+    assert (workspace / "marker").read_text() == "x\n"  # ran once
+    answer = api.requests[1]["messages"][-1]["content"][0]
+    assert answer["tool_use_id"] == "b1" and "interrupted" in answer["content"]
