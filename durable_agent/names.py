@@ -44,6 +44,8 @@ class Signals:
     INTERRUPT: Final = "interrupt"
     """Both workflows: the session passes it on to its running prompt."""
     CLOSE: Final = "close"
+    STOP: Final = "stop"
+    """SessionWorkflow: end now (waiting prompts dropped, the running one interrupted)."""
     TOOL_USE_READY: Final = "tool_use_ready"
     MODEL_RETRY: Final = "model_retry"
     MID_TURN_PROMPTS: Final = "mid_turn_prompts"

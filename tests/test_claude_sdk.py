@@ -28,7 +28,9 @@ from claude_agent_sdk import (
     UserMessage,
     query,
 )
+from temporalio.client import WorkflowExecutionStatus
 
+from durable_agent.engine.contracts import SessionStatus
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.helpers import record_histories
 from tests.test_cli import ROOT, cli_env
@@ -372,3 +374,41 @@ async def test_a_prompt_sent_while_tools_run_reaches_the_model_with_their_result
     assert isinstance(again, ResultMessage) and again.result == done.result
     assert again.session_id == done.session_id and again.num_turns == 0
     await record_histories(dev_env.client, done.session_id)
+
+
+async def test_a_client_that_leaves_mid_tool_stops_its_session(
+    dev_env, tmp_path, cli_path, unknown_lines
+):
+    """The SDK's disconnect (and its exit) closes the CLI's stdin, gives it 5 s, then SIGTERMs
+    it: the session stops there, its tool ended, as Claude Code's agent does. Before, the CLI
+    died and the session was left running (its worker gone with it, or going on elsewhere)."""
+    marker = tmp_path / "started"
+    command = f"touch {marker} && sleep 30 && echo slept"
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("never reached")]
+    with ReplayServer(turns) as server:
+        client = ClaudeSDKClient(
+            options(dev_env, tmp_path, cli_path, server, allowed_tools=["Bash"])
+        )
+        await client.connect()
+        await client.query("sleep a while")
+        session_id = ""
+        async for message in client.receive_messages():
+            if isinstance(message, SystemMessage) and message.subtype == "init":
+                session_id = message.data["session_id"]
+            if isinstance(message, AssistantMessage):
+                break
+        for _ in range(600):  # until the command runs
+            if marker.exists():
+                break
+            await asyncio.sleep(0.05)
+        assert session_id and marker.exists()
+        left = time.monotonic()
+        await client.disconnect()
+        took = time.monotonic() - left
+    handle = dev_env.client.get_workflow_handle(session_id, result_type=SessionStatus)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+    status = await handle.result()
+    assert status.last_result is not None and status.last_result.terminal == "aborted_tools"
+    assert len(server.requests) == 1
+    assert took < 10  # the SDK's 5 s, then the stop
+    await record_histories(dev_env.client, session_id)

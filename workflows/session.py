@@ -83,6 +83,7 @@ class SessionWorkflow:
         # activation as the running prompt's completion.
         self._state = inp.initial_state()
         self._running: str | None = None
+        self._stopping = False
         self._transcript_path = ""
         self._config = inp.config
         self._passing: asyncio.Future[None] | None = None
@@ -191,6 +192,16 @@ class SessionWorkflow:
     def close(self) -> None:
         """End the session once the running prompt (if any) finishes."""
         self._state.closed = True
+
+    @workflow.signal(name=Signals.STOP)
+    async def stop(self) -> None:
+        """End the session now (its front-end was stopped, as `timeout` stops `claude -p`): the
+        waiting prompts never run, the running one is interrupted (one that is still starting,
+        as soon as it has started), and the session ends as when closed."""
+        self._stopping = True
+        self._state.closed = True
+        self._state.queued.clear()
+        await self.interrupt()
 
     @workflow.query(name=Queries.STATUS)
     def status(self) -> SessionStatus:
@@ -388,6 +399,8 @@ class SessionWorkflow:
             execution_timeout=timedelta(days=30),
         )
         self._running = child_id
+        if self._stopping:  # stopped while it started (never so in a history from before STOP)
+            await self.interrupt()
         if workflow.patched(MID_TURN_PATCH):
             self._passing = asyncio.ensure_future(self._pass_on(handle, child_id))
         try:

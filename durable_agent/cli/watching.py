@@ -38,8 +38,11 @@ def exit_code(terminal: Terminal) -> int:
     return 0 if terminal == Terminal.COMPLETED else EXIT_STOPPED
 
 
-def install_interrupt(on_first: object, on_second: object) -> None:
-    """First Ctrl-C interrupts the prompt; the second detaches (the session keeps running)."""
+def install_interrupt(
+    on_first: object, on_second: object, signals: tuple[int, ...] = (signal.SIGINT,)
+) -> None:
+    """First Ctrl-C interrupts the prompt; the second detaches (the session keeps running).
+    With SIGTERM among `signals` it counts as a Ctrl-C (`timeout` stops the prompt)."""
     loop = asyncio.get_running_loop()
     presses = {"n": 0}
 
@@ -47,10 +50,11 @@ def install_interrupt(on_first: object, on_second: object) -> None:
         presses["n"] += 1
         (on_first if presses["n"] == 1 else on_second)()  # type: ignore[operator]
 
-    try:
-        loop.add_signal_handler(signal.SIGINT, handler)
-    except (NotImplementedError, RuntimeError):
-        pass
+    for sig in signals:
+        try:
+            loop.add_signal_handler(sig, handler)
+        except (NotImplementedError, RuntimeError):
+            pass
 
 
 def send_interrupt(handle: WorkflowHandle[Any, Any], console: Console) -> asyncio.Future[None]:
@@ -161,7 +165,9 @@ async def watch_session(
         console.info("interrupting…")
         send_interrupt(handle, console)
 
-    install_interrupt(interrupt, detached.set)
+    # SIGTERM too: `timeout 600 durable-agent run …` in a CI script stops the agent at the
+    # deadline (the CLI reports the interrupted prompt and exits), as it stops `claude -p`.
+    install_interrupt(interrupt, detached.set, (signal.SIGINT, signal.SIGTERM))
     child = client.get_workflow_handle(query_workflow_id(session_id, 1))
     outcome = riding_out(handle.result, console, session_id)
     status = await watch(

@@ -1,0 +1,101 @@
+"""What stops the CLI stops its agent, as it stops `claude -p`: `timeout 600 durable-agent -p …`
+(SIGTERM), Ctrl-C (SIGINT) and the Agent SDK's close end the session's running prompt and its
+tools, even when the session runs on a worker elsewhere (a fleet, the warm worker). Before, the
+CLI died and the session went on without it: its command ran to the end, the model was called
+again and the session stayed open."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from tests.faults.harness import WorkerProcess, process_env, wait_for
+
+SLEEP = 5
+"""The command's sleep: the test waits past it to see that nothing came after."""
+
+
+def _start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "durable_agent", *args], cwd=cwd, env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+async def _sessions(address: str) -> dict[str, WorkflowExecutionStatus | None]:
+    client = await Client.connect(address)
+    return {
+        wf.id: wf.status async for wf in client.list_workflows('WorkflowType="SessionWorkflow"')
+    }
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_stopped_print_mode_stops_its_session_on_a_worker_elsewhere(
+    own_server, tmp_path, sig
+):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
+    # A second call, had the session gone on, would take "resumed" (the test then fails).
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("resumed")]
+    with ReplayServer(turns) as api:
+        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
+        with WorkerProcess(env, tmp_path / "worker.log"):
+            args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
+            proc = _start(args, cli_env, workspace)
+            await wait_for((workspace / "marker").exists, 60, "the tool to start")
+            sent = time.monotonic()
+            proc.send_signal(sig)
+            out, err = await asyncio.to_thread(proc.communicate, timeout=30)
+            took = time.monotonic() - sent
+            assert proc.returncode == 128 + sig, err[-2000:]
+            assert took < 5, f"{took:.1f}s to stop (the Agent SDK kills after 5 s)"
+            assert "Traceback" not in err
+            sessions = await _sessions(own_server.address)
+            assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
+            await asyncio.sleep(SLEEP + 1)
+            assert (workspace / "marker").read_text() == "started\n"  # the command was ended
+            assert len(api.requests) == 1  # and the model not called again
+            if sig == signal.SIGTERM:  # the transcript stays: --resume goes on from it
+                (session_id,) = sessions
+                again = ["-p", "and now?", "--resume", session_id, "--output-format", "json"]
+                proc = _start(again, cli_env, workspace)
+                out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+                assert proc.returncode == 0, err[-2000:]
+                assert '"result": "resumed"' in out
+                first = api.requests[-1]["messages"]
+                assert "go" in str(first[0]["content"]) and "b1" in str(first)
+
+
+async def test_run_stopped_by_sigterm_interrupts_its_prompt(own_server, tmp_path):
+    """`timeout … durable-agent run`: SIGTERM counts as the first Ctrl-C (the prompt is
+    interrupted, the CLI reports it and exits), not as a detach."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("never reached")]
+    with ReplayServer(turns) as api:
+        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        with WorkerProcess(env, tmp_path / "worker.log"):
+            args = ["run", "go", "--no-worker", "--workspace", str(workspace)]
+            proc = _start([*args, "--allowedTools", "Bash"], env, workspace)
+            await wait_for((workspace / "marker").exists, 60, "the tool to start")
+            proc.send_signal(signal.SIGTERM)
+            out, err = await asyncio.to_thread(proc.communicate, timeout=30)
+            assert proc.returncode == 1, err[-2000:]
+            assert "interrupting" in err and "aborted_tools" in out + err
+            sessions = await _sessions(own_server.address)
+            assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
+            await asyncio.sleep(SLEEP + 1)
+            assert (workspace / "marker").read_text() == "started\n"
+            assert len(api.requests) == 1
