@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
+import signal
 import sys
+import threading
 import uuid
 from typing import Any
 
@@ -32,6 +35,7 @@ from durable_agent.cli.sessions import (
     session_memo,
     state_name,
 )
+from durable_agent.cli.stopping import Stopped, stop_session, until_stopped
 from durable_agent.cli.travel import bring_back, sync, upload
 from durable_agent.cli.watching import (
     idle_hint,
@@ -57,15 +61,25 @@ EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 
 
 async def read_line(prompt: str) -> str | None:
-    """One line from stdin (None at end of input), without blocking the event loop."""
+    """One line from stdin (None at end of input), without blocking the event loop. The read
+    runs in a daemon thread, not the loop's executor: a chat stopped while it waits for a line
+    (SIGTERM) must not wait at exit for a line that never comes."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[str | None] = loop.create_future()
 
-    def read() -> str | None:
+    def settle(line: str | None) -> None:
+        if not got.done():
+            got.set_result(line)
+
+    def read() -> None:
         if sys.stdin.isatty():
             print(prompt, end="", file=sys.stderr, flush=True)
         line = sys.stdin.readline()
-        return line.rstrip("\n") if line else None
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+            loop.call_soon_threadsafe(settle, line.rstrip("\n") if line else None)
 
-    return await asyncio.to_thread(read)
+    threading.Thread(target=read, daemon=True, name="chat-stdin").start()
+    return await got
 
 
 async def chat(
@@ -99,63 +113,73 @@ async def chat(
     else:
         handle = client.get_workflow_handle(session_id, result_type=SessionStatus)
     console.info(f"session {session_id}: one prompt per line; /exit or end of input to finish")
-    detached = asyncio.Event()
-    install_interrupt(lambda: send_interrupt(handle, console), detached.set)
-    started = memo is not None  # a new session's first prompt is its "startup"
-    spent: dict[str, Usage] = {}  # what this chat's prompts cost, by model (for /cost)
-    while not detached.is_set():
-        line = await read_line("› ")
-        if line is None or line.strip() in EXIT_WORDS:
-            break
-        if not line.strip():
-            continue
-        if line.strip().startswith("/"):
-            request = await slash_command(line.strip(), handle, console, spent)
-            if request is None:
+
+    async def talk() -> int:
+        detached = asyncio.Event()
+        install_interrupt(lambda: send_interrupt(handle, console), detached.set)
+        started = memo is not None  # a new session's first prompt is its "startup"
+        spent: dict[str, Usage] = {}  # what this chat's prompts cost, by model (for /cost)
+        while not detached.is_set():
+            line = await read_line("› ")
+            if line is None or line.strip() in EXIT_WORDS:
+                break
+            if not line.strip():
                 continue
-        else:
-            # A CLI's first prompt to a session it came back to: SessionStart "resume".
-            request = PromptRequest(prompt=line, session_start=None if started else "resume")
-            started = True
-            if travel is not None:  # files edited here since the last prompt travel with it
-                request.checkpoint_id = await sync(travel)
-        update_id = f"prompt-{uuid.uuid4()}"  # the same id on a retry: sent once, not twice
+            if line.strip().startswith("/"):
+                request = await slash_command(line.strip(), handle, console, spent)
+                if request is None:
+                    continue
+            else:
+                # A CLI's first prompt to a session it came back to: SessionStart "resume".
+                request = PromptRequest(prompt=line, session_start=None if started else "resume")
+                started = True
+                if travel is not None:  # files edited here since the last prompt travel with it
+                    request.checkpoint_id = await sync(travel)
+            update_id = f"prompt-{uuid.uuid4()}"  # the same id on a retry: sent once, not twice
 
-        def submit(request: PromptRequest = request, update_id: str = update_id) -> Any:
-            return handle.execute_update(
-                Updates.SUBMIT_PROMPT, request, id=update_id, result_type=PromptAccepted
+            def submit(request: PromptRequest = request, update_id: str = update_id) -> Any:
+                return handle.execute_update(
+                    Updates.SUBMIT_PROMPT, request, id=update_id, result_type=PromptAccepted
+                )
+
+            try:
+                accepted = await riding_out(submit, console, session_id)
+            except WorkflowUpdateFailedError as exc:
+                console.info(f"not sent: {exc.cause}")
+                continue
+            except RPCError as exc:
+                raise CliError(f"session {session_id} is not running: {exc.message}") from exc
+            child = client.get_workflow_handle(accepted.query_workflow_id, result_type=QueryResult)
+            outcome = riding_out(functools.partial(query_result, child), console, session_id)
+            result = await watch(
+                outcome,
+                child,
+                console,
+                detached,
+                *idle_hint(task_queue),
+                on_approval=functools.partial(ask_in_terminal, child, console, read_line),
+                stalls=stalls_of(client, child.id),
             )
+            if result is None:
+                break
+            for model, used in result.usage_by_model.items():
+                spent[model] = spent.get(model, Usage()) + used
+            await bring_back(travel, result.workspace, console)
+            console.result(session_id, result)
+        if detached.is_set():
+            console.info(f"detached; the session goes on: durable-agent tail {session_id}")
+            return EXIT_DETACHED
+        await riding_out(lambda: handle.signal(Signals.CLOSE), console, session_id)
+        await riding_out(handle.result, console, session_id)
+        return 0
 
-        try:
-            accepted = await riding_out(submit, console, session_id)
-        except WorkflowUpdateFailedError as exc:
-            console.info(f"not sent: {exc.cause}")
-            continue
-        except RPCError as exc:
-            raise CliError(f"session {session_id} is not running: {exc.message}") from exc
-        child = client.get_workflow_handle(accepted.query_workflow_id, result_type=QueryResult)
-        outcome = riding_out(functools.partial(query_result, child), console, session_id)
-        result = await watch(
-            outcome,
-            child,
-            console,
-            detached,
-            *idle_hint(task_queue),
-            on_approval=functools.partial(ask_in_terminal, child, console, read_line),
-            stalls=stalls_of(client, child.id),
-        )
-        if result is None:
-            break
-        for model, used in result.usage_by_model.items():
-            spent[model] = spent.get(model, Usage()) + used
-        await bring_back(travel, result.workspace, console)
-        console.result(session_id, result)
-    if detached.is_set():
-        console.info(f"detached; the session goes on: durable-agent tail {session_id}")
-        return EXIT_DETACHED
-    await riding_out(lambda: handle.signal(Signals.CLOSE), console, session_id)
-    await riding_out(handle.result, console, session_id)
-    return 0
+    # SIGTERM stops what this chat started (its session, or its prompt in a joined one), as it
+    # stops `-p`; Ctrl-C keeps its meaning here (interrupt, then detach).
+    outcome = await until_stopped(talk(), (signal.SIGTERM,))
+    if isinstance(outcome, Stopped):
+        await stop_session(client, handle, memo is not None, console)
+        return outcome.exit_code
+    return outcome
 
 
 SLASH_HELP = """commands (anything else is a prompt):

@@ -21,7 +21,6 @@ import contextlib
 import functools
 import json
 import os
-import signal
 import sys
 import time
 import uuid
@@ -34,7 +33,6 @@ from typing import Any, TypeVar
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
-    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
@@ -62,6 +60,7 @@ from durable_agent.cli.sessions import (
     session_memo,
     state_name,
 )
+from durable_agent.cli.stopping import Stopped, stop_session, until_stopped
 from durable_agent.cli.travel import Travel, bring_back, checkpoint_here, sync, upload
 from durable_agent.cli.watching import query_result, watch
 from durable_agent.engine.agents import with_built_in
@@ -810,81 +809,13 @@ async def cmd_claude(argv: list[str]) -> int:
                 await handle.signal(Signals.CLOSE)
                 await handle.result()
 
-        signum = await until_stopped(converse())
-        if signum is not None:
+        outcome = await until_stopped(converse())
+        if isinstance(outcome, Stopped):
             follower.cancel()
             await stop_session(client, handle, opened.owned, console)
-            return 128 + signum
+            return outcome.exit_code
     last = front.last
     return 0 if last is not None and last.terminal == Terminal.COMPLETED else 1
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-"""What ends `claude -p` (`timeout`, the Agent SDK's close, Ctrl-C) and with it its agent: here
-the session stops (`stop_session`). SIGHUP keeps its default: the CLI ends and the session goes
-on, as a lost terminal should leave a durable session."""
-
-STOP_SECONDS = 4.0
-"""How long a stopped `-p` waits for its session to end: under the 5 s the Agent SDK leaves
-between its SIGTERM and a SIGKILL."""
-
-
-async def until_stopped(work: Awaitable[None]) -> int | None:
-    """Run `work` to its end (its error raised), or until SIGTERM or SIGINT: then the signal's
-    number, `work` cancelled. A second signal while the stop runs ends the process at once
-    (what the first one sent is in the session's history already)."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(work)
-    got: list[int] = []
-
-    def on_signal(signum: int) -> None:
-        if got:
-            os._exit(128 + got[0])
-        got.append(signum)
-        task.cancel()
-
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, on_signal, sig)
-    try:
-        await task
-    except asyncio.CancelledError:
-        if not got:
-            raise
-    return got[0] if got else None
-
-
-async def stop_session(
-    client: Client, handle: WorkflowHandle[Any, Any], owned: bool, console: Console
-) -> None:
-    """End what this process set going, as `claude -p`'s end ends its agent: a session it
-    started stops (the waiting prompts dropped, the running one interrupted, its tools
-    cancelled) and is waited for up to STOP_SECONDS; in a session another process runs, the
-    running prompt is interrupted. The transcript stays: `--resume` goes on from it."""
-    sid = handle.id
-    sent = False
-    try:
-        async with asyncio.timeout(STOP_SECONDS):
-            if owned:
-                await handle.signal(Signals.STOP)
-                sent = True
-                with contextlib.suppress(WorkflowFailureError):
-                    await handle.result()
-                return
-            status = await handle.query(Queries.STATUS, result_type=SessionStatus)
-            if status.running_query_id is None:
-                return
-            await handle.signal(Signals.INTERRUPT)
-            sent = True
-            with contextlib.suppress(WorkflowFailureError):
-                await client.get_workflow_handle(status.running_query_id).result()
-    except (TimeoutError, RPCError) as exc:
-        if sent:  # in its history: it ends wherever it runs, when it can
-            console.info(f"session {sid} is still stopping: durable-agent status {sid}")
-        else:
-            why = exc.message if isinstance(exc, RPCError) else "no answer from Temporal"
-            console.info(
-                f"could not stop session {sid} ({why}): it may go on; durable-agent interrupt {sid}"
-            )
 
 
 async def mcp_states(handle: WorkflowHandle[Any, Any], config: QueryConfig) -> list[McpServerState]:

@@ -24,10 +24,12 @@ SLEEP = 5
 """The command's sleep: the test waits past it to see that nothing came after."""
 
 
-def _start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+def _start(
+    args: list[str], env: dict[str, str], cwd: Path, stdin: int = subprocess.DEVNULL
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "durable_agent", *args], cwd=cwd, env=env,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 
@@ -99,3 +101,44 @@ async def test_run_stopped_by_sigterm_interrupts_its_prompt(own_server, tmp_path
             await asyncio.sleep(SLEEP + 1)
             assert (workspace / "marker").read_text() == "started\n"
             assert len(api.requests) == 1
+
+
+@pytest.mark.parametrize("moment", ["tool", "idle"])
+async def test_a_chat_stopped_by_sigterm_stops_its_session(own_server, tmp_path, moment):
+    """SIGTERM while a prompt's tool runs, or while the chat waits for the next line (its
+    stdin still open: the stop must not wait for a line that never comes)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("answered")]
+    if moment == "idle":
+        turns = [text_turn("answered")]
+    with ReplayServer(turns) as api:
+        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        with WorkerProcess(env, tmp_path / "worker.log"):
+            args = ["chat", "--no-worker", "--workspace", str(workspace), "--allowedTools", "Bash"]
+            proc = _start(args, env, workspace, stdin=subprocess.PIPE)
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            if moment == "tool":
+                await wait_for((workspace / "marker").exists, 60, "the tool to start")
+            else:
+                line = await asyncio.to_thread(proc.stdout.readline)
+                assert "answered" in line
+                await asyncio.sleep(0.5)  # back at the prompt, reading stdin
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = await asyncio.to_thread(proc.wait, 30)
+            finally:
+                proc.kill()
+                err = proc.stderr.read() if proc.stderr else ""
+            assert code == 128 + signal.SIGTERM, err[-2000:]
+            assert time.monotonic() - sent < 5 and "Traceback" not in err
+            sessions = await _sessions(own_server.address)
+            assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
+            if moment == "tool":
+                await asyncio.sleep(SLEEP + 1)
+                assert (workspace / "marker").read_text() == "started\n"
+                assert len(api.requests) == 1
