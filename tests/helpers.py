@@ -6,8 +6,9 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -160,3 +161,14 @@ def runner_of(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> WorkflowRunn
     else:
         monkeypatch.setenv("DURABLE_AGENT_SANDBOX", mode)
     return workflow_runner()
+
+
+def wait_until(condition: Callable[[], bool], seconds: float, every: float = 0.02) -> bool:
+    """Ask `condition` until it holds (True) or `seconds` have passed (then its last answer).
+    For blocking tests; async ones use tests.faults.harness.wait_for."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(every)
+    return condition()

@@ -9,10 +9,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from activities.tools.environment import WORKER_TAG_NAME, proc_stat, scan_environ
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,15 +53,6 @@ def _tools_of(tag: str) -> list[int]:
     return [pid for pid, _ in scan_environ((f"{WORKER_TAG_NAME}={tag}".encode(),), False)]
 
 
-def _wait(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
 def test_a_killed_worker_process_takes_its_tools_with_it():
     child, tag, reaper, children = _worker_child("kill")
     try:
@@ -72,8 +63,8 @@ def test_a_killed_worker_process_takes_its_tools_with_it():
         assert reaper not in tools  # the reaper carries no tag: it does not kill itself
         child.send_signal(signal.SIGKILL)
         child.wait()
-        assert _wait(lambda: not any(_alive(p) for p in tools), 3), "the tools outlived it"
-        assert _wait(lambda: not _alive(reaper), 3), "the reaper stays after its work"
+        assert wait_until(lambda: not any(_alive(p) for p in tools), 3), "the tools outlived it"
+        assert wait_until(lambda: not _alive(reaper), 3), "the reaper stays after its work"
     finally:
         child.kill()
         for pid in _tools_of(tag):
@@ -87,7 +78,7 @@ def test_a_worker_process_that_exits_on_purpose_leaves_its_tools_be():
     tools = _tools_of(tag)
     try:
         assert child.wait(10) == 0
-        assert _wait(lambda: not _alive(reaper), 3), "the reaper did not stand down"
+        assert wait_until(lambda: not _alive(reaper), 3), "the reaper did not stand down"
         assert all(_alive(p) for p in tools)
     finally:
         for pid in tools:

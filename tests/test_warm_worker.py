@@ -17,6 +17,7 @@ import pytest
 
 from durable_agent import warm
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
+from tests.helpers import wait_until
 from tests.test_cli import ROOT, cli_env, durable_agent
 
 
@@ -229,10 +230,7 @@ def test_the_warm_worker_gives_its_memory_back_by_recycling(tmp_path):
         # baseline instead (glibc's trim): work again until one comes out higher.
         for n in range(1, 9):
             served(n)
-            deadline = time.monotonic() + 5
-            while "recycling:" not in log.read_text() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if "recycling:" in log.read_text():
+            if wait_until(lambda: "recycling:" in log.read_text(), 5, 0.1):
                 break
         _wait(lambda: "recycling:" in log.read_text(), "the recycling", log, 1)
         _wait(lambda: log.read_text().count("warm worker pid") == 2, "a fresh one", log)
@@ -245,7 +243,4 @@ def test_the_warm_worker_gives_its_memory_back_by_recycling(tmp_path):
 
 
 def _wait(predicate: Callable[[], bool], what: str, log: Path, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"no {what}: {log.read_text()[-2000:]}"
-        time.sleep(0.1)
+    assert wait_until(predicate, seconds, 0.1), f"no {what}: {log.read_text()[-2000:]}"

@@ -235,9 +235,16 @@ def kill_tagged(tag: str | tuple[str, ...], prefix: bool = False) -> int:
 
 def worker_tag() -> str:
     """This worker process, as its tools' environment names it (`WORKER_TAG_NAME`): its pid and
-    start time, so that a later process with the same pid is not taken for it."""
+    start time, so that a later process with the same pid is not taken for it. Read from /proc
+    once per process (a forked child reads its own)."""
+    global _tag
     pid = os.getpid()
-    return f"{pid}.{_started(pid)}"
+    if _tag is None or _tag[0] != pid:
+        _tag = (pid, f"{pid}.{_started(pid)}")
+    return _tag[1]
+
+
+_tag: tuple[int, str] | None = None
 
 
 def start_reaper() -> None:
