@@ -60,7 +60,7 @@ from durable_agent.cli.sessions import (
     session_memo,
     state_name,
 )
-from durable_agent.cli.stopping import Stopped, stop_session, until_stopped
+from durable_agent.cli.stopping import Stopped, Stops, stop_session
 from durable_agent.cli.travel import Travel, bring_back, checkpoint_here, sync, upload
 from durable_agent.cli.watching import query_result, watch
 from durable_agent.engine.agents import with_built_in
@@ -766,6 +766,7 @@ async def cmd_claude(argv: list[str]) -> int:
             )
     ns = run_args(args)
     console = Console("json")
+    stops = Stops()
     async with prepared(ns, console, None) as (client, config), AsyncExitStack() as stack:
         config = config.model_copy(
             update={
@@ -775,6 +776,7 @@ async def cmd_claude(argv: list[str]) -> int:
                 ),
             }
         )
+        stops.hold()  # a stop from here waits for the session to have started
         opened = await _open_session(client, console, ns, args, config, stack)
         session_id, handle = opened.session_id, opened.handle
         out = Out(args.output_format, session_id, args.replay_user_messages)
@@ -809,7 +811,7 @@ async def cmd_claude(argv: list[str]) -> int:
                 await handle.signal(Signals.CLOSE)
                 await handle.result()
 
-        outcome = await until_stopped(converse())
+        outcome = await stops.around(converse())
         if isinstance(outcome, Stopped):
             follower.cancel()
             await stop_session(client, handle, opened.owned, console)

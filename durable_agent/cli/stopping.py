@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -39,28 +39,58 @@ class Stopped:
         return 128 + self.signum
 
 
-async def until_stopped(work: Awaitable[T], signals: tuple[int, ...] = STOP_SIGNALS) -> T | Stopped:
-    """What `work` returns (its error raised), or Stopped when one of `signals` came first
-    (`work` cancelled). A second signal while the stop runs ends the process at once: what
-    the first one sent is in the session's history already."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(work)
-    got: list[int] = []
+class Stops:
+    """SIGTERM and SIGINT (or `signals`) for as long as the CLI runs. Before the session is
+    opened one ends the CLI at once (nothing started, as by default); from `hold` (the session
+    opens) one is held, so that a session whose start is on its way is never left
+    behind; once it is open, `around` the work: the work is cancelled and the caller stops
+    the session. A second signal ends the process at once: what the first one sent is in the
+    session's history already."""
 
-    def on_signal(signum: int) -> None:
-        if got:
-            os._exit(128 + got[0])
-        got.append(signum)
-        task.cancel()
+    def __init__(self, signals: tuple[int, ...] = STOP_SIGNALS, opened: bool = False) -> None:
+        self.got: int | None = None
+        self._task: asyncio.Future[Any] | None = None
+        self._holding = opened
+        """A signal is held (the session is opening, or open with no work going yet)."""
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.add_signal_handler(sig, self._on, sig)
 
-    for sig in signals:
-        loop.add_signal_handler(sig, on_signal, sig)
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if not got:
-            raise
-        return Stopped(got[0])
+    def _on(self, signum: int) -> None:
+        if self.got is not None:
+            os._exit(128 + self.got)
+        if self._task is None and not self._holding:
+            os._exit(128 + signum)
+        self.got = signum
+        if self._task is not None:
+            self._task.cancel()
+
+    def hold(self) -> None:
+        """The session is about to be started (or joined): from now on a signal is held until
+        `around` the work, which then stops at once."""
+        self._holding = True
+
+    async def around(self, work: Coroutine[Any, Any, T]) -> T | Stopped:
+        """What `work` returns (its error raised), or Stopped when a signal came first (also
+        while the session opened: then `work` never starts)."""
+        if self.got is not None:
+            work.close()
+            return Stopped(self.got)
+        self._task = task = asyncio.ensure_future(work)
+        try:
+            return await task
+        except (asyncio.CancelledError, Exception):
+            # (a cancelled Update call raises the SDK's own error, not CancelledError)
+            if self.got is None:
+                raise
+            return Stopped(self.got)
+
+
+async def until_stopped(
+    work: Coroutine[Any, Any, T], signals: tuple[int, ...] = STOP_SIGNALS
+) -> T | Stopped:
+    """`Stops.around` for a CLI whose session is open already."""
+    return await Stops(signals, opened=True).around(work)
 
 
 async def stop_session(

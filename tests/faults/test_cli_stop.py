@@ -142,3 +142,26 @@ async def test_a_chat_stopped_by_sigterm_stops_its_session(own_server, tmp_path,
                 await asyncio.sleep(SLEEP + 1)
                 assert (workspace / "marker").read_text() == "started\n"
                 assert len(api.requests) == 1
+
+
+async def test_print_mode_stopped_at_any_moment_of_its_start_leaves_no_session_running(
+    own_server, tmp_path
+):
+    """SIGTERM at moments across the CLI's start: before the session opens the CLI ends with
+    nothing started; from the session's start on, the session is stopped, never left open."""
+    slow = text_turn("a long answer " * 50)
+    slow.event_delay = 0.1
+    with ReplayServer(lambda body, index: slow) as api:
+        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        with WorkerProcess(env, tmp_path / "worker.log"):
+            cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
+            for offset in (0.2, 0.5, 0.8, 1.1, 1.4, 1.7, 2.0):
+                proc = _start(["-p", "go"], cli_env, tmp_path)
+                await asyncio.sleep(offset)
+                proc.send_signal(signal.SIGTERM)
+                _, err = await asyncio.to_thread(proc.communicate, timeout=30)
+                # (-15: still importing, the default handler; a shell reports 143 either way)
+                assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), (offset, err)
+                assert "Traceback" not in err, (offset, err[-2000:])
+            sessions = await _sessions(own_server.address)
+            assert WorkflowExecutionStatus.RUNNING not in sessions.values(), sessions
