@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 from typing import Any
 
 from durable_agent.cli.errors import CliError
@@ -26,7 +27,9 @@ class InputError(CliError):
 
 
 class Stdin:
-    """stdin's lines (bytes) as they come, read in a thread; None at the end."""
+    """stdin's lines (bytes) as they come, read in a daemon thread (not the loop's executor:
+    a CLI stopped while its stdin stays open must not wait at exit for a line that never
+    comes); None at the end."""
 
     def __init__(self) -> None:
         self.lines: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -34,12 +37,15 @@ class Stdin:
 
         def read() -> None:
             try:
-                for line in sys.stdin.buffer:
-                    loop.call_soon_threadsafe(self.lines.put_nowait, line)
-            finally:
-                loop.call_soon_threadsafe(self.lines.put_nowait, None)
+                try:
+                    for line in sys.stdin.buffer:
+                        loop.call_soon_threadsafe(self.lines.put_nowait, line)
+                finally:
+                    loop.call_soon_threadsafe(self.lines.put_nowait, None)
+            except RuntimeError:  # the loop is closed: nobody reads any more
+                pass
 
-        loop.run_in_executor(None, read)
+        threading.Thread(target=read, daemon=True, name="stdin-lines").start()
 
 
 def parse_line(raw: bytes, number: int) -> dict[str, Any] | None:

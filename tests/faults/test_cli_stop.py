@@ -7,6 +7,7 @@ again and the session stayed open."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -165,3 +166,40 @@ async def test_print_mode_stopped_at_any_moment_of_its_start_leaves_no_session_r
                 assert "Traceback" not in err, (offset, err[-2000:])
             sessions = await _sessions(own_server.address)
             assert WorkflowExecutionStatus.RUNNING not in sessions.values(), sessions
+
+
+async def test_stream_json_input_stopped_with_a_prompt_waiting_and_stdin_open(own_server, tmp_path):
+    """The Agent SDK's form: user messages on stdin, which stays open. SIGTERM while the first
+    prompt's tool runs: the second prompt never runs, and the CLI exits without waiting for
+    a stdin line that never comes (a fault campaign found it waiting forever)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("never reached")]
+    with ReplayServer(turns) as api:
+        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        with WorkerProcess(env, tmp_path / "worker.log"):
+            args = ["-p", "--input-format", "stream-json", "--output-format", "stream-json"]
+            args += ["--verbose", "--allowedTools", "Bash"]
+            cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
+            proc = _start(args, cli_env, workspace, stdin=subprocess.PIPE)
+            assert proc.stdin is not None
+            for text in ("run the command", "and then this"):
+                message = {"type": "user", "message": {"role": "user", "content": text}}
+                proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+            await wait_for((workspace / "marker").exists, 60, "the tool to start")
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = await asyncio.to_thread(proc.wait, 30)
+            finally:
+                proc.kill()
+                err = proc.stderr.read() if proc.stderr else ""
+            assert code == 128 + signal.SIGTERM, err[-2000:]
+            assert time.monotonic() - sent < 5 and "Traceback" not in err
+            sessions = await _sessions(own_server.address)
+            assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
+            await asyncio.sleep(SLEEP + 1)
+            assert (workspace / "marker").read_text() == "started\n"
+            assert len(api.requests) == 1  # the waiting prompt never went to the model
