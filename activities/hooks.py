@@ -113,6 +113,7 @@ async def run_commands(
     workspace: Path,
     ledger: Path | HookLedger | None = None,
     session_id: str = "",
+    ledger_name: str | None = None,
 ) -> list[HookRun]:
     """Run the handlers in parallel, each with its own timeout, `body` as JSON on stdin, in the
     workspace, heartbeating; their runs in the order given.
@@ -122,7 +123,7 @@ async def run_commands(
     earlier attempt started (it may have partly run); it ends what that attempt left running
     (hook processes carry a tag of their run in their environment, as tool processes do)."""
     data = json.dumps(body).encode()
-    key = _ledger_key(event) if ledger is not None else None
+    key = _ledger_key(event, ledger_name) if ledger is not None else None
     book = FileLedger(ledger) if isinstance(ledger, Path) else ledger
 
     async def one(index: int, hook: HookCommandSpec) -> HookRun:
@@ -141,11 +142,14 @@ async def run_commands(
     return [task.result() for task in tasks]
 
 
-def _ledger_key(event: str) -> str | None:
+def _ledger_key(event: str, name: str | None = None) -> str | None:
+    """The hook step's key in the ledger: its workflow run and `name` (the same on every host
+    of a travelling workspace), else its activity's id."""
     if not activity.in_activity():
         return None
     info = activity.info()
-    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{info.workflow_run_id}-{info.activity_id}-{event}")
+    step = name or info.activity_id
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{info.workflow_run_id}-{step}-{event}")
 
 
 def _tag(name: str, session_id: str) -> str:
@@ -310,8 +314,9 @@ class HookActivities:
         token = SETTINGS_ENV.set(req.env)
         try:
             runs = await run_commands(
-                dedupe(req.commands), req.event, body, Path(req.workspace), ledger, req.session_id
-            )
+                dedupe(req.commands), req.event, body, Path(req.workspace), ledger,
+                req.session_id, req.ledger_name,
+            )  # fmt: skip
         finally:
             SETTINGS_ENV.reset(token)
         return aggregate(req.event, [*req.recorded_runs, *runs])

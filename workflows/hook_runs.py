@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import activity_options as steps
 
 from workflows.failures import error_text
+from workflows.hosting import HOST_LOSS_PATCH
 from workflows.loop_context import LoopContext, _Interrupted
 from workflows.streaming_tools import CallNotes
 
@@ -95,6 +96,8 @@ class HookRuns:
         """A travelling workspace's host, where hooks run (None or disabled: on any worker)."""
         self.requests: dict[str, HookCallbackRequest] = {}
         self.answers: dict[str, HookCallbackAnswer] = {}
+        self._hosted_steps = 0
+        """Hook steps run on a host so far (each one's ledger name, HOST_LOSS_PATCH)."""
 
     # --- the SDK's answers (QueryWorkflow's hook_callback_result Update and hook_requests Query)
 
@@ -179,6 +182,12 @@ class HookRuns:
 
         def step(req: HookEventInput, queue: str | None) -> Awaitable[HookEventResult]:
             return steps.run_hooks(req, summary, queue)
+
+        if self._hosting.enabled and workflow.patched(HOST_LOSS_PATCH):
+            # One ledger name for the step on every host (its activity id changes with the
+            # host): a hook the lost host started is not run again on the next one.
+            self._hosted_steps += 1
+            req = req.model_copy(update={"ledger_name": f"hosted-{self._hosted_steps}"})
 
         # a hook may change files as a tool may
         return await self._hosting.run(req, step, changes=True)

@@ -41,6 +41,15 @@ HOST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts
 MAX_HOST_LOSSES = 5
 """Hosts one step may lose before it fails: a fleet that loses this many is not one to trust."""
 
+HOST_LOSS_PATCH = "host-loss-v1"
+"""A hosted step whose attempts all lapsed (heartbeat timeouts) has lost its host too; a host
+lost during a batch (a tool, or a tool's hook, after a tool had changed files) is
+reported to the model (HOST_LOST_FEEDBACK); a step that may change files and ran on the new
+host leaves the batch to be checkpointed; a hook step keeps one ledger name across hosts, so
+the new host never runs a hook the lost one started. Histories from before: the loss was
+reported only when it came during the checkpoint, a new host's hook changes were never
+checkpointed, and the hook ran again on the new host."""
+
 
 HOST_LOST_FEEDBACK = (
     "The machine holding the workspace was lost while these tools ran: the workspace was "
@@ -49,10 +58,18 @@ HOST_LOST_FEEDBACK = (
 )
 
 
-def host_lost(exc: ActivityError) -> bool:
-    """The activity could not start on the host's queue in time: no worker polls it."""
+def host_lost(exc: ActivityError, heartbeat: bool = False) -> bool:
+    """The activity could not start on the host's queue in time: no worker polls it. With
+    `heartbeat` (HOST_LOSS_PATCH), also when its last attempt stopped heartbeating: a host cut
+    off or stopped whose outstanding polls still took the retries (each then started and
+    lapsed), so that its tasks never failed to start (fault campaign 6: the session waited for
+    the partitioned host, and the model was told the call stopped responding)."""
     cause = exc.cause
-    return isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
+    if not isinstance(cause, TimeoutError):
+        return False
+    return cause.type == TimeoutType.SCHEDULE_TO_START or (
+        heartbeat and cause.type == TimeoutType.HEARTBEAT
+    )
 
 
 class Hosting:
@@ -64,6 +81,8 @@ class Hosting:
         self._claiming = asyncio.Lock()
         self.dirty = False
         """A tool that may change files ran since the last checkpoint."""
+        self.changes_lost = False
+        """A host was lost holding such changes (the batch tells the model, HOST_LOSS_PATCH)."""
 
     @property
     def enabled(self) -> bool:
@@ -101,6 +120,7 @@ class Hosting:
             self.workspace = self.workspace.model_copy(
                 update={"host_queue": None, "lost_hosts": self.workspace.lost_hosts + 1}
             )
+            self.changes_lost = self.changes_lost or self.dirty
             self.dirty = False  # what changed since the checkpoint went with the host
 
     async def on_host(self, step: Callable[[str, str], Awaitable[T]]) -> T:
@@ -112,7 +132,8 @@ class Hosting:
             try:
                 return await step(queue, self.workspace.checkpoint_id)
             except ActivityError as exc:
-                if not host_lost(exc) or losses == MAX_HOST_LOSSES:
+                lapsed = isinstance(exc.cause, TimeoutError) and workflow.patched(HOST_LOSS_PATCH)
+                if not host_lost(exc, lapsed) or losses == MAX_HOST_LOSSES:
                     raise
                 workflow.logger.warning("workspace host %s lost; claiming another", queue)
                 self.lost(queue)
@@ -130,7 +151,10 @@ class Hosting:
         def hosted(queue: str, checkpoint_id: str) -> Awaitable[T]:
             return step(req.model_copy(update={"hosted": checkpoint_id}), queue)
 
-        return await self.on_host(hosted)
+        out = await self.on_host(hosted)
+        if changes and not self.dirty and workflow.patched(HOST_LOSS_PATCH):
+            self.dirty = True  # the host was lost meanwhile: the new one ran it, to be recorded
+        return out
 
     async def checkpoint(self) -> None:
         """Record the host's files as the session's new checkpoint, when a tool may have

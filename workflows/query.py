@@ -93,7 +93,7 @@ from workflows.hook_runs import (
     HookRuns,
     refused,
 )
-from workflows.hosting import HOST_LOST_FEEDBACK, Hosting
+from workflows.hosting import HOST_LOSS_PATCH, HOST_LOST_FEEDBACK, Hosting
 from workflows.loop_context import LoopContext, _Interrupted
 from workflows.schedules import keep_scheduled
 from workflows.streaming_tools import CallNotes, StreamingToolExecutor
@@ -439,7 +439,11 @@ class QueryWorkflow:
                 update={"permission_denials": (*self._ctx.state.permission_denials, *denials)}
             )
         lines = [line for _, said in notes for line in said.feedback]
-        if self._hosting.lost_count > lost:
+        told = self._hosting.lost_count > lost
+        if self._hosting.enabled and workflow.patched(HOST_LOSS_PATCH):
+            told = told or self._hosting.changes_lost  # also a host lost during the batch
+            self._hosting.changes_lost = False
+        if told:
             lines.append(HOST_LOST_FEEDBACK)
         feedback = feedback_text(lines)
         stop = next((said.stop for _, said in notes if said.stop is not None), None)

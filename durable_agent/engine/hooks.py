@@ -119,6 +119,9 @@ class HookEventInput(BaseModel):
     """Runs already made elsewhere (the Agent SDK's hook callbacks), read with these."""
     hosted: str | None = None
     """A travelling workspace's checkpoint: the hooks run in the host's copy of it."""
+    ledger_name: str | None = None
+    """The step's name in the hook ledger, the same on every host (else the activity's id,
+    which a new host's activity does not share)."""
     tool_result: ToolResultRef | None = None
     """PostToolUse / PostToolUseFailure: the tool's result, read from the store by the activity
     into the payload's `tool_response` (or `error`), so a large result stays out of history."""

@@ -1,0 +1,169 @@
+"""A travelling workspace's host SIGKILLed while a tool's hook runs (fault campaign 6): the
+session goes on on another worker of the fleet. The hook the lost host started is not run
+again on the new host (the hook ledger names the step, not its activity, which a new host's
+does not share); a PreToolUse hook whose verdict was lost blocks its call; and when the lost
+host held a tool's changes that no checkpoint has, the model is told (HOST_LOST_FEEDBACK).
+Before: the hook ran twice, the tool ran after the rerun let it through, and a change lost
+with the host was reported to the model as a plain success."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from activities.tools.registry import HOST_LOST_TEXT
+from durable_agent.replay import ReplayServer, text_turn, tool_turn
+from tests.faults.harness import WorkerProcess, _cmdline, descendants, process_env, wait_for
+from workflows.hosting import HOST_LOST_FEEDBACK
+
+HOOK_SLEEP = "sleep 6.5"
+
+
+def _settings(path: Path, event: str, hook: str) -> None:
+    path.parent.mkdir(parents=True)
+    matcher = {"matcher": "Bash", "hooks": [{"type": "command", "command": hook}]}
+    path.write_text(json.dumps({"hooks": {event: [matcher]}}))
+
+
+def _machine(name: str) -> list[str]:
+    return ["unshare", "-u", "-p", "-f", "--mount-proc",
+            "sh", "-c", f'hostname machine-{name} && exec "$@"', "sh"]  # fmt: skip
+
+
+def _worker_pid(worker: WorkerProcess) -> int:
+    """The `python worker.py` under its namespace wrapper."""
+    assert worker.proc is not None
+    (pid,) = [p for p in descendants(worker.proc.pid) if b"worker.py" in _cmdline(p)]
+    return pid
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "durable_agent", *args], cwd=cwd, env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("event", ["PreToolUse", "PostToolUse"])
+async def test_a_host_lost_during_a_tools_hook(own_server, tmp_path, pg_url, event):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "keep.txt").write_text("kept\n")
+    hook_marker, tool_marker = tmp_path / "hook-marker", tmp_path / "tool-marker"
+    hook = f"echo start >> {hook_marker}; {HOOK_SLEEP}; echo end >> {hook_marker}"
+    command = f"echo ran >> {tool_marker}; echo made > made-by-tool.txt"
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("all done")]
+    task_queue = f"host-loss-{uuid.uuid4()}"
+    with ReplayServer(turns) as api:
+
+        def env_of(name: str) -> dict[str, str]:
+            return process_env(
+                tmp_path / name, own_server.address, api.base_url, task_queue,
+                DURABLE_AGENT_STORE=pg_url,
+            )  # fmt: skip
+
+        cli_env = {**env_of("cli"), "DURABLE_AGENT_NO_WORKER": "1"}
+        _settings(Path(cli_env["DURABLE_AGENT_SETTINGS"]), event, hook)
+        workers = [WorkerProcess(env_of(n), tmp_path / f"{n}.log").start() for n in "ab"]
+        try:
+            client = await Client.connect(own_server.address)
+            for worker in workers:
+                await worker.polling(client, task_queue)
+            args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
+            cli = _cli(args, cli_env, ws)
+            await wait_for(hook_marker.exists, 90, "the hook to start")
+
+            def hosting() -> list[WorkerProcess]:
+                needle = HOOK_SLEEP.replace(" ", "\0").encode()
+                return [
+                    w for w in workers
+                    if w.proc and any(needle in _cmdline(p) for p in descendants(w.proc.pid))
+                ]  # fmt: skip
+
+            await wait_for(lambda: bool(hosting()), 10, "the hook's worker")
+            (host,) = hosting()
+            host.kill()
+            out, err = await asyncio.to_thread(cli.communicate, timeout=150)
+        finally:
+            for worker in workers:
+                worker.stop()
+    assert cli.returncode == 0, err[-2000:]
+    assert hook_marker.read_text() == "start\n", "the lost host's hook ran again elsewhere"
+    if event == "PreToolUse":  # its verdict went with the host: the call is blocked
+        assert not tool_marker.exists()
+        assert not (ws / "made-by-tool.txt").exists()
+    else:  # the tool ran on the lost host, its change not checkpointed: the model is told
+        assert tool_marker.read_text() == "ran\n"
+        told = json.dumps(api.requests[1]["messages"][-1])
+        assert HOST_LOST_FEEDBACK[:60] in told, told[:2000]
+    assert json.loads(out.strip().splitlines()[-1])["result"] == "all done"
+
+
+async def test_a_stopped_host_whose_polls_take_the_retries_is_replaced(
+    own_server, tmp_path, pg_url
+):
+    """The host SIGSTOPped mid-tool (as a partition leaves it: its outstanding polls still take
+    tasks, each then started and lapsed): once the tool's attempts have all lapsed, another
+    worker hosts the workspace and reports the call interrupted, and the model is told the
+    host's changes went with it. Before: the session kept waiting for the stopped host, and
+    the model heard the tool "stopped responding" while its next steps went to that host."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    marker = tmp_path / "marker"
+    command = f"echo start >> {marker}; sleep 3600"
+    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("all done")]
+    task_queue = f"host-loss-{uuid.uuid4()}"
+    with ReplayServer(turns) as api:
+
+        def env_of(name: str) -> dict[str, str]:
+            return process_env(
+                tmp_path / name, own_server.address, api.base_url, task_queue,
+                DURABLE_AGENT_STORE=pg_url,
+            )  # fmt: skip
+
+        cli_env = {**env_of("cli"), "DURABLE_AGENT_NO_WORKER": "1"}
+        # Each worker a machine of its own (hostname, process table): the new host cannot see
+        # the stopped one's processes, as across a real partition.
+        workers = [
+            WorkerProcess(env_of(n), tmp_path / f"{n}.log", wrap=_machine(n)).start() for n in "ab"
+        ]
+        paused = 0
+        try:
+            client = await Client.connect(own_server.address)
+            for name, worker in zip("ab", workers, strict=True):
+                await worker.polling(client, task_queue, host=f"machine-{name}")
+            cli = _cli(
+                ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"], cli_env, ws
+            )
+            await wait_for(marker.exists, 90, "the tool to start")
+
+            def hosting() -> list[WorkerProcess]:
+                needle = b"sleep\x003600"
+                return [
+                    w for w in workers
+                    if w.proc and any(needle in _cmdline(p) for p in descendants(w.proc.pid))
+                ]  # fmt: skip
+
+            await wait_for(lambda: bool(hosting()), 10, "the tool's worker")
+            (stopped,) = hosting()
+            paused = _worker_pid(stopped)
+            os.kill(paused, signal.SIGSTOP)
+            out, err = await asyncio.to_thread(cli.communicate, timeout=180)
+        finally:
+            if paused:
+                os.kill(paused, signal.SIGCONT)
+            for worker in workers:
+                worker.stop()
+    assert cli.returncode == 0, err[-2000:]
+    told = json.dumps(api.requests[1]["messages"][-1])
+    assert HOST_LOST_TEXT[:60] in told and HOST_LOST_FEEDBACK[:60] in told, told[:2000]
+    assert json.loads(out.strip().splitlines()[-1])["result"] == "all done"
