@@ -107,6 +107,7 @@ async def record_histories(client: Client, session_id: str, query: int = 1) -> N
     if not os.environ.get("RECORD_HISTORIES"):
         return
     test = os.environ.get("PYTEST_CURRENT_TEST", "unknown").split("::")[-1].split(" ")[0]
+    test = test.replace("[", "_").replace("]", "")  # a parametrized test's id, file-name safe
     kept = (("session", session_id), ("query", f"{session_id}-q{query}"))
     for suffix, workflow_id in kept:
         history = await client.get_workflow_handle(workflow_id).fetch_history()

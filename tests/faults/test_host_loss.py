@@ -23,6 +23,7 @@ from temporalio.client import Client
 from activities.tools.registry import HOST_LOST_TEXT
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
 from tests.faults.harness import WorkerProcess, _cmdline, descendants, process_env, wait_for
+from tests.helpers import record_histories
 from workflows.hosting import HOST_LOST_FEEDBACK
 
 HOOK_SLEEP = "sleep 6.5"
@@ -105,7 +106,9 @@ async def test_a_host_lost_during_a_tools_hook(own_server, tmp_path, pg_url, eve
         assert tool_marker.read_text() == "ran\n"
         told = json.dumps(api.requests[1]["messages"][-1])
         assert HOST_LOST_FEEDBACK[:60] in told, told[:2000]
-    assert json.loads(out.strip().splitlines()[-1])["result"] == "all done"
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["result"] == "all done"
+    await record_histories(client, result["session_id"])
 
 
 async def test_a_stopped_host_whose_polls_take_the_retries_is_replaced(
@@ -166,4 +169,6 @@ async def test_a_stopped_host_whose_polls_take_the_retries_is_replaced(
     assert cli.returncode == 0, err[-2000:]
     told = json.dumps(api.requests[1]["messages"][-1])
     assert HOST_LOST_TEXT[:60] in told and HOST_LOST_FEEDBACK[:60] in told, told[:2000]
-    assert json.loads(out.strip().splitlines()[-1])["result"] == "all done"
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["result"] == "all done"
+    await record_histories(client, result["session_id"])
