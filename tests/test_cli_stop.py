@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from tests.faults.harness import WorkerProcess, process_env, wait_for
 
 SLEEP = 5
 """The command's sleep: the test waits past it to see that nothing came after."""
+COMMAND = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
 
 
 def _start(
@@ -34,24 +36,55 @@ def _start(
     )  # fmt: skip
 
 
-async def _sessions(address: str) -> dict[str, WorkflowExecutionStatus | None]:
-    client = await Client.connect(address)
-    return {
-        wf.id: wf.status async for wf in client.list_workflows('WorkflowType="SessionWorkflow"')
-    }
+@dataclass
+class Place:
+    address: str
+    queue: str
+    """The test's own task queue: its sessions, among the shared server's."""
+
+
+@pytest.fixture
+def place(dev_env) -> Place:
+    return Place(dev_env.client.service_client.config.target_host, f"stop-{uuid.uuid4()}")
+
+
+async def _sessions(place: Place) -> dict[str, WorkflowExecutionStatus | None]:
+    client = await Client.connect(place.address)
+    query = f'WorkflowType="SessionWorkflow" AND TaskQueue="{place.queue}"'
+    return {wf.id: wf.status async for wf in client.list_workflows(query)}
+
+
+async def _stopped_by_sigterm(proc: subprocess.Popen[str], place: Place) -> None:
+    """SIGTERM to a CLI whose stdin stays open: it exits 143 within the Agent SDK's 5 s, and
+    its session (the only one) has ended."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = await asyncio.to_thread(proc.wait, 30)
+    finally:
+        proc.kill()
+        err = proc.stderr.read() if proc.stderr else ""
+    assert code == 128 + signal.SIGTERM, err[-2000:]
+    assert time.monotonic() - sent < 5 and "Traceback" not in err
+    sessions = await _sessions(place)
+    assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
+
+
+async def _nothing_after_the_stop(workspace: Path, api: ReplayServer) -> None:
+    """Past the command's sleep: it was ended, and the model was not called again."""
+    await asyncio.sleep(SLEEP + 1)
+    assert (workspace / "marker").read_text() == "started\n"
+    assert len(api.requests) == 1
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-async def test_a_stopped_print_mode_stops_its_session_on_a_worker_elsewhere(
-    own_server, tmp_path, sig
-):
+async def test_a_stopped_print_mode_stops_its_session_on_a_worker_elsewhere(place, tmp_path, sig):
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    command = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
     # A second call, had the session gone on, would take "resumed" (the test then fails).
-    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("resumed")]
+    turns = [tool_turn([("b1", "Bash", {"command": COMMAND})]), text_turn("resumed")]
     with ReplayServer(turns) as api:
-        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        env = process_env(tmp_path, place.address, api.base_url, place.queue)
         cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
         with WorkerProcess(env, tmp_path / "worker.log"):
             args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
@@ -64,11 +97,9 @@ async def test_a_stopped_print_mode_stops_its_session_on_a_worker_elsewhere(
             assert proc.returncode == 128 + sig, err[-2000:]
             assert took < 5, f"{took:.1f}s to stop (the Agent SDK kills after 5 s)"
             assert "Traceback" not in err
-            sessions = await _sessions(own_server.address)
+            sessions = await _sessions(place)
             assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
-            await asyncio.sleep(SLEEP + 1)
-            assert (workspace / "marker").read_text() == "started\n"  # the command was ended
-            assert len(api.requests) == 1  # and the model not called again
+            await _nothing_after_the_stop(workspace, api)
             if sig == signal.SIGTERM:  # the transcript stays: --resume goes on from it
                 (session_id,) = sessions
                 again = ["-p", "and now?", "--resume", session_id, "--output-format", "json"]
@@ -80,15 +111,14 @@ async def test_a_stopped_print_mode_stops_its_session_on_a_worker_elsewhere(
                 assert "go" in str(first[0]["content"]) and "b1" in str(first)
 
 
-async def test_run_stopped_by_sigterm_interrupts_its_prompt(own_server, tmp_path):
+async def test_run_stopped_by_sigterm_interrupts_its_prompt(place, tmp_path):
     """`timeout … durable-agent run`: SIGTERM counts as the first Ctrl-C (the prompt is
     interrupted, the CLI reports it and exits), not as a detach."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    command = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
-    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("never reached")]
+    turns = [tool_turn([("b1", "Bash", {"command": COMMAND})]), text_turn("never reached")]
     with ReplayServer(turns) as api:
-        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        env = process_env(tmp_path, place.address, api.base_url, place.queue)
         with WorkerProcess(env, tmp_path / "worker.log"):
             args = ["run", "go", "--no-worker", "--workspace", str(workspace)]
             proc = _start([*args, "--allowedTools", "Bash"], env, workspace)
@@ -97,25 +127,22 @@ async def test_run_stopped_by_sigterm_interrupts_its_prompt(own_server, tmp_path
             out, err = await asyncio.to_thread(proc.communicate, timeout=30)
             assert proc.returncode == 1, err[-2000:]
             assert "interrupting" in err and "aborted_tools" in out + err
-            sessions = await _sessions(own_server.address)
+            sessions = await _sessions(place)
             assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
-            await asyncio.sleep(SLEEP + 1)
-            assert (workspace / "marker").read_text() == "started\n"
-            assert len(api.requests) == 1
+            await _nothing_after_the_stop(workspace, api)
 
 
 @pytest.mark.parametrize("moment", ["tool", "idle"])
-async def test_a_chat_stopped_by_sigterm_stops_its_session(own_server, tmp_path, moment):
+async def test_a_chat_stopped_by_sigterm_stops_its_session(place, tmp_path, moment):
     """SIGTERM while a prompt's tool runs, or while the chat waits for the next line (its
     stdin still open: the stop must not wait for a line that never comes)."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    command = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
-    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("answered")]
+    turns = [tool_turn([("b1", "Bash", {"command": COMMAND})]), text_turn("answered")]
     if moment == "idle":
         turns = [text_turn("answered")]
     with ReplayServer(turns) as api:
-        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        env = process_env(tmp_path, place.address, api.base_url, place.queue)
         with WorkerProcess(env, tmp_path / "worker.log"):
             args = ["chat", "--no-worker", "--workspace", str(workspace), "--allowedTools", "Bash"]
             proc = _start(args, env, workspace, stdin=subprocess.PIPE)
@@ -128,32 +155,19 @@ async def test_a_chat_stopped_by_sigterm_stops_its_session(own_server, tmp_path,
                 line = await asyncio.to_thread(proc.stdout.readline)
                 assert "answered" in line
                 await asyncio.sleep(0.5)  # back at the prompt, reading stdin
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = await asyncio.to_thread(proc.wait, 30)
-            finally:
-                proc.kill()
-                err = proc.stderr.read() if proc.stderr else ""
-            assert code == 128 + signal.SIGTERM, err[-2000:]
-            assert time.monotonic() - sent < 5 and "Traceback" not in err
-            sessions = await _sessions(own_server.address)
-            assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
+            await _stopped_by_sigterm(proc, place)
             if moment == "tool":
-                await asyncio.sleep(SLEEP + 1)
-                assert (workspace / "marker").read_text() == "started\n"
-                assert len(api.requests) == 1
+                await _nothing_after_the_stop(workspace, api)
 
 
 async def test_print_mode_stopped_at_any_moment_of_its_start_leaves_no_session_running(
-    own_server, tmp_path
+    place, tmp_path
 ):
     """SIGTERM at moments across the CLI's start: before the session opens the CLI ends with
     nothing started; from the session's start on, the session is stopped, never left open."""
-    slow = text_turn("a long answer " * 50)
-    slow.event_delay = 0.1
+    slow = text_turn("an answer").model_copy(update={"pause_before": {0: 30.0}})  # never done
     with ReplayServer(lambda body, index: slow) as api:
-        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        env = process_env(tmp_path, place.address, api.base_url, place.queue)
         with WorkerProcess(env, tmp_path / "worker.log"):
             cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
             for offset in (0.2, 0.5, 0.8, 1.1, 1.4, 1.7, 2.0):
@@ -164,20 +178,19 @@ async def test_print_mode_stopped_at_any_moment_of_its_start_leaves_no_session_r
                 # (-15: still importing, the default handler; a shell reports 143 either way)
                 assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), (offset, err)
                 assert "Traceback" not in err, (offset, err[-2000:])
-            sessions = await _sessions(own_server.address)
+            sessions = await _sessions(place)
             assert WorkflowExecutionStatus.RUNNING not in sessions.values(), sessions
 
 
-async def test_stream_json_input_stopped_with_a_prompt_waiting_and_stdin_open(own_server, tmp_path):
+async def test_stream_json_input_stopped_with_a_prompt_waiting_and_stdin_open(place, tmp_path):
     """The Agent SDK's form: user messages on stdin, which stays open. SIGTERM while the first
     prompt's tool runs: the second prompt never runs, and the CLI exits without waiting for
     a stdin line that never comes (a fault campaign found it waiting forever)."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    command = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
-    turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("never reached")]
+    turns = [tool_turn([("b1", "Bash", {"command": COMMAND})]), text_turn("never reached")]
     with ReplayServer(turns) as api:
-        env = process_env(tmp_path, own_server.address, api.base_url, f"stop-{uuid.uuid4()}")
+        env = process_env(tmp_path, place.address, api.base_url, place.queue)
         with WorkerProcess(env, tmp_path / "worker.log"):
             args = ["-p", "--input-format", "stream-json", "--output-format", "stream-json"]
             args += ["--verbose", "--allowedTools", "Bash"]
@@ -189,17 +202,5 @@ async def test_stream_json_input_stopped_with_a_prompt_waiting_and_stdin_open(ow
                 proc.stdin.write(json.dumps(message) + "\n")
             proc.stdin.flush()
             await wait_for((workspace / "marker").exists, 60, "the tool to start")
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = await asyncio.to_thread(proc.wait, 30)
-            finally:
-                proc.kill()
-                err = proc.stderr.read() if proc.stderr else ""
-            assert code == 128 + signal.SIGTERM, err[-2000:]
-            assert time.monotonic() - sent < 5 and "Traceback" not in err
-            sessions = await _sessions(own_server.address)
-            assert list(sessions.values()) == [WorkflowExecutionStatus.COMPLETED], sessions
-            await asyncio.sleep(SLEEP + 1)
-            assert (workspace / "marker").read_text() == "started\n"
-            assert len(api.requests) == 1  # the waiting prompt never went to the model
+            await _stopped_by_sigterm(proc, place)
+            await _nothing_after_the_stop(workspace, api)  # the waiting prompt never ran either

@@ -9,13 +9,17 @@ with the host was reported to the model as a plain success."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -47,6 +51,10 @@ def _worker_pid(worker: WorkerProcess) -> int:
     return pid
 
 
+def _address(env: Any) -> str:
+    return str(env.client.service_client.config.target_host)
+
+
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "durable_agent", *args], cwd=cwd, env=env,
@@ -54,8 +62,60 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[st
     )  # fmt: skip
 
 
+@dataclass
+class Fleet:
+    workers: list[WorkerProcess]
+    cli_env: dict[str, str]
+    """A CLI's environment on the submitter's machine: the session runs on the workers."""
+    client: Client
+
+
+@contextlib.asynccontextmanager
+async def _fleet(
+    tmp_path: Path, address: str, pg_url: str, api: ReplayServer, machines: bool = False
+) -> AsyncIterator[Fleet]:
+    """Two `python worker.py` on one queue and a shared PostgreSQL store, polling; with
+    `machines`, each a machine of its own (hostname, process table: a new host cannot see the
+    old one's processes, as across a real partition)."""
+    task_queue = f"host-loss-{uuid.uuid4()}"
+
+    def env_of(name: str) -> dict[str, str]:
+        return process_env(
+            tmp_path / name, address, api.base_url, task_queue, DURABLE_AGENT_STORE=pg_url
+        )
+
+    workers = [
+        WorkerProcess(env_of(n), tmp_path / f"{n}.log", wrap=_machine(n) if machines else None)
+        for n in "ab"
+    ]
+    try:
+        client = await Client.connect(address)
+        for name, worker in zip("ab", workers, strict=True):
+            worker.start()
+            await worker.polling(client, task_queue, host=f"machine-{name}" if machines else None)
+        yield Fleet(workers, {**env_of("cli"), "DURABLE_AGENT_NO_WORKER": "1"}, client)
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+async def _running(workers: list[WorkerProcess], command: str) -> WorkerProcess:
+    """The worker whose processes run `command` (its words as the command line has them)."""
+    needle = command.replace(" ", "\0").encode()
+
+    def found() -> list[WorkerProcess]:
+        return [
+            w for w in workers
+            if w.proc and any(needle in _cmdline(p) for p in descendants(w.proc.pid))
+        ]  # fmt: skip
+
+    await wait_for(lambda: bool(found()), 10, f"the worker running {command}")
+    (worker,) = found()
+    return worker
+
+
 @pytest.mark.parametrize("event", ["PreToolUse", "PostToolUse"])
-async def test_a_host_lost_during_a_tools_hook(own_server, tmp_path, pg_url, event):
+async def test_a_host_lost_during_a_tools_hook(dev_env, tmp_path, pg_url, event):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "keep.txt").write_text("kept\n")
@@ -63,40 +123,14 @@ async def test_a_host_lost_during_a_tools_hook(own_server, tmp_path, pg_url, eve
     hook = f"echo start >> {hook_marker}; {HOOK_SLEEP}; echo end >> {hook_marker}"
     command = f"echo ran >> {tool_marker}; echo made > made-by-tool.txt"
     turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("all done")]
-    task_queue = f"host-loss-{uuid.uuid4()}"
     with ReplayServer(turns) as api:
-
-        def env_of(name: str) -> dict[str, str]:
-            return process_env(
-                tmp_path / name, own_server.address, api.base_url, task_queue,
-                DURABLE_AGENT_STORE=pg_url,
-            )  # fmt: skip
-
-        cli_env = {**env_of("cli"), "DURABLE_AGENT_NO_WORKER": "1"}
-        _settings(Path(cli_env["DURABLE_AGENT_SETTINGS"]), event, hook)
-        workers = [WorkerProcess(env_of(n), tmp_path / f"{n}.log").start() for n in "ab"]
-        try:
-            client = await Client.connect(own_server.address)
-            for worker in workers:
-                await worker.polling(client, task_queue)
+        async with _fleet(tmp_path, _address(dev_env), pg_url, api) as fleet:
+            _settings(Path(fleet.cli_env["DURABLE_AGENT_SETTINGS"]), event, hook)
             args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
-            cli = _cli(args, cli_env, ws)
+            cli = _cli(args, fleet.cli_env, ws)
             await wait_for(hook_marker.exists, 90, "the hook to start")
-
-            def hosting() -> list[WorkerProcess]:
-                needle = HOOK_SLEEP.replace(" ", "\0").encode()
-                return [
-                    w for w in workers
-                    if w.proc and any(needle in _cmdline(p) for p in descendants(w.proc.pid))
-                ]  # fmt: skip
-
-            await wait_for(lambda: bool(hosting()), 10, "the hook's worker")
-            (host,) = hosting()
-            host.kill()
+            (await _running(fleet.workers, HOOK_SLEEP)).kill()
             out, err = await asyncio.to_thread(cli.communicate, timeout=150)
-        finally:
-            for worker in workers:
-                worker.stop()
     assert cli.returncode == 0, err[-2000:]
     assert hook_marker.read_text() == "start\n", "the lost host's hook ran again elsewhere"
     if event == "PreToolUse":  # its verdict went with the host: the call is blocked
@@ -108,12 +142,10 @@ async def test_a_host_lost_during_a_tools_hook(own_server, tmp_path, pg_url, eve
         assert HOST_LOST_FEEDBACK[:60] in told, told[:2000]
     result = json.loads(out.strip().splitlines()[-1])
     assert result["result"] == "all done"
-    await record_histories(client, result["session_id"])
+    await record_histories(fleet.client, result["session_id"])
 
 
-async def test_a_stopped_host_whose_polls_take_the_retries_is_replaced(
-    own_server, tmp_path, pg_url
-):
+async def test_a_stopped_host_whose_polls_take_the_retries_is_replaced(dev_env, tmp_path, pg_url):
     """The host SIGSTOPped mid-tool (as a partition leaves it: its outstanding polls still take
     tasks, each then started and lapsed): once the tool's attempts have all lapsed, another
     worker hosts the workspace and reports the call interrupted, and the model is told the
@@ -124,51 +156,21 @@ async def test_a_stopped_host_whose_polls_take_the_retries_is_replaced(
     marker = tmp_path / "marker"
     command = f"echo start >> {marker}; sleep 3600"
     turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("all done")]
-    task_queue = f"host-loss-{uuid.uuid4()}"
+    paused = 0
     with ReplayServer(turns) as api:
-
-        def env_of(name: str) -> dict[str, str]:
-            return process_env(
-                tmp_path / name, own_server.address, api.base_url, task_queue,
-                DURABLE_AGENT_STORE=pg_url,
-            )  # fmt: skip
-
-        cli_env = {**env_of("cli"), "DURABLE_AGENT_NO_WORKER": "1"}
-        # Each worker a machine of its own (hostname, process table): the new host cannot see
-        # the stopped one's processes, as across a real partition.
-        workers = [
-            WorkerProcess(env_of(n), tmp_path / f"{n}.log", wrap=_machine(n)).start() for n in "ab"
-        ]
-        paused = 0
-        try:
-            client = await Client.connect(own_server.address)
-            for name, worker in zip("ab", workers, strict=True):
-                await worker.polling(client, task_queue, host=f"machine-{name}")
-            cli = _cli(
-                ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"], cli_env, ws
-            )
+        async with _fleet(tmp_path, _address(dev_env), pg_url, api, machines=True) as fleet:
+            args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
+            cli = _cli(args, fleet.cli_env, ws)
             await wait_for(marker.exists, 90, "the tool to start")
-
-            def hosting() -> list[WorkerProcess]:
-                needle = b"sleep\x003600"
-                return [
-                    w for w in workers
-                    if w.proc and any(needle in _cmdline(p) for p in descendants(w.proc.pid))
-                ]  # fmt: skip
-
-            await wait_for(lambda: bool(hosting()), 10, "the tool's worker")
-            (stopped,) = hosting()
-            paused = _worker_pid(stopped)
+            paused = _worker_pid(await _running(fleet.workers, "sleep 3600"))
             os.kill(paused, signal.SIGSTOP)
-            out, err = await asyncio.to_thread(cli.communicate, timeout=180)
-        finally:
-            if paused:
+            try:
+                out, err = await asyncio.to_thread(cli.communicate, timeout=180)
+            finally:
                 os.kill(paused, signal.SIGCONT)
-            for worker in workers:
-                worker.stop()
     assert cli.returncode == 0, err[-2000:]
     told = json.dumps(api.requests[1]["messages"][-1])
     assert HOST_LOST_TEXT[:60] in told and HOST_LOST_FEEDBACK[:60] in told, told[:2000]
     result = json.loads(out.strip().splitlines()[-1])
     assert result["result"] == "all done"
-    await record_histories(client, result["session_id"])
+    await record_histories(fleet.client, result["session_id"])
