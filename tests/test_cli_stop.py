@@ -170,7 +170,7 @@ async def test_print_mode_stopped_at_any_moment_of_its_start_leaves_no_session_r
         env = process_env(tmp_path, place.address, api.base_url, place.queue)
         with WorkerProcess(env, tmp_path / "worker.log"):
             cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
-            for offset in (0.2, 0.5, 0.8, 1.1, 1.4, 1.7, 2.0):
+            for offset in (0.3, 0.7, 1.1, 1.5, 1.9):
                 proc = _start(["-p", "go"], cli_env, tmp_path)
                 await asyncio.sleep(offset)
                 proc.send_signal(signal.SIGTERM)

@@ -4,6 +4,7 @@ SQLite file, `python worker.py` processes, and checks on what a session left beh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -230,9 +231,21 @@ class WorkerProcess:
         )  # fmt: skip
         return self
 
+    def _worker_pids(self) -> list[int]:
+        """The `python worker.py` processes below a wrapper that forks (`unshare -f`: the worker
+        is its child, and outlives it); none when the wrapper execs it (same pid)."""
+        assert self.proc is not None
+        if not self.wrap:
+            return []
+        return [p for p in descendants(self.proc.pid) if b"worker.py" in _cmdline(p)]
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            below = self._worker_pids()
             self.proc.send_signal(signal.SIGKILL)
+            for pid in below:  # (its tools are not signalled: they are what tests look at)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.proc.wait()
 
     def kill_reaper(self) -> None:
@@ -251,7 +264,9 @@ class WorkerProcess:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            for pid in self._worker_pids() or [self.proc.pid]:  # a wrapper may not pass it on
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
