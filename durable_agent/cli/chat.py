@@ -67,16 +67,25 @@ async def read_line(prompt: str) -> str | None:
     loop = asyncio.get_running_loop()
     got: asyncio.Future[str | None] = loop.create_future()
 
-    def settle(line: str | None) -> None:
-        if not got.done():
+    def settle(line: str | None, error: BaseException | None) -> None:
+        if got.done():
+            return
+        if error is not None:
+            got.set_exception(error)
+        else:
             got.set_result(line)
 
     def read() -> None:
-        if sys.stdin.isatty():
-            print(prompt, end="", file=sys.stderr, flush=True)
-        line = sys.stdin.readline()
+        line, error = None, None
+        try:
+            if sys.stdin.isatty():
+                print(prompt, end="", file=sys.stderr, flush=True)
+            text = sys.stdin.readline()
+            line = text.rstrip("\n") if text else None
+        except Exception as exc:  # (a line that is not text) raised where it is awaited
+            error = exc
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-            loop.call_soon_threadsafe(settle, line.rstrip("\n") if line else None)
+            loop.call_soon_threadsafe(settle, line, error)
 
     threading.Thread(target=read, daemon=True, name="chat-stdin").start()
     return await got

@@ -5,6 +5,7 @@ is refused by its number and reason (InputError), never reported as a bug."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import threading
@@ -37,13 +38,12 @@ class Stdin:
 
         def read() -> None:
             try:
-                try:
-                    for line in sys.stdin.buffer:
-                        loop.call_soon_threadsafe(self.lines.put_nowait, line)
-                finally:
-                    loop.call_soon_threadsafe(self.lines.put_nowait, None)
-            except RuntimeError:  # the loop is closed: nobody reads any more
+                for line in sys.stdin.buffer:
+                    loop.call_soon_threadsafe(self.lines.put_nowait, line)
+            except Exception:  # noqa: BLE001 — stdin unreadable, or the loop gone: its end
                 pass
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
+                loop.call_soon_threadsafe(self.lines.put_nowait, None)
 
         threading.Thread(target=read, daemon=True, name="stdin-lines").start()
 
