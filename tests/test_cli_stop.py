@@ -11,7 +11,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_agent.replay import ReplayServer, Turn, text_turn, tool_turn
-from tests.faults.harness import WorkerProcess, process_env, wait_for
+from tests.faults.harness import WorkerProcess, cli_process, process_env, wait_for
 
 SLEEP = 5
 """The command's sleep: the test waits past it to see that nothing came after."""
@@ -33,15 +32,6 @@ COMMAND = f"echo started >> marker; sleep {SLEEP}; echo finished >> marker"
 def _bash() -> Turn:
     """The model's call of COMMAND."""
     return tool_turn([("b1", "Bash", {"command": COMMAND})])
-
-
-def _start(
-    args: list[str], env: dict[str, str], cwd: Path, stdin: int = subprocess.DEVNULL
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "durable_agent", *args], cwd=cwd, env=env,
-        stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
 
 
 @dataclass
@@ -107,7 +97,7 @@ async def test_a_stopped_print_mode_stops_its_session_on_a_worker_elsewhere(plac
     with _served(place, tmp_path, turns) as (workspace, api, env):
         cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
         args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
-        proc = _start(args, cli_env, workspace)
+        proc = cli_process(args, cli_env, workspace)
         await wait_for((workspace / "marker").exists, 60, "the tool to start")
         sent = time.monotonic()
         proc.send_signal(sig)
@@ -122,7 +112,7 @@ async def test_a_stopped_print_mode_stops_its_session_on_a_worker_elsewhere(plac
         if sig == signal.SIGTERM:  # the transcript stays: --resume goes on from it
             (session_id,) = sessions
             again = ["-p", "and now?", "--resume", session_id, "--output-format", "json"]
-            proc = _start(again, cli_env, workspace)
+            proc = cli_process(again, cli_env, workspace)
             out, err = await asyncio.to_thread(proc.communicate, timeout=60)
             assert proc.returncode == 0, err[-2000:]
             assert '"result": "resumed"' in out
@@ -136,7 +126,7 @@ async def test_run_stopped_by_sigterm_interrupts_its_prompt(place, tmp_path):
     turns = [_bash(), text_turn("never reached")]
     with _served(place, tmp_path, turns) as (workspace, api, env):
         args = ["run", "go", "--no-worker", "--workspace", str(workspace)]
-        proc = _start([*args, "--allowedTools", "Bash"], env, workspace)
+        proc = cli_process([*args, "--allowedTools", "Bash"], env, workspace)
         await wait_for((workspace / "marker").exists, 60, "the tool to start")
         proc.send_signal(signal.SIGTERM)
         out, err = await asyncio.to_thread(proc.communicate, timeout=30)
@@ -156,7 +146,7 @@ async def test_a_chat_stopped_by_sigterm_stops_its_session(place, tmp_path, mome
         turns = [text_turn("answered")]
     with _served(place, tmp_path, turns) as (workspace, api, env):
         args = ["chat", "--no-worker", "--workspace", str(workspace), "--allowedTools", "Bash"]
-        proc = _start(args, env, workspace, stdin=subprocess.PIPE)
+        proc = cli_process(args, env, workspace, stdin=subprocess.PIPE)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
@@ -180,7 +170,7 @@ async def test_print_mode_stopped_at_any_moment_of_its_start_leaves_no_session_r
     with _served(place, tmp_path, lambda body, index: slow) as (_, _, env):
         cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
         for offset in (0.3, 0.7, 1.1, 1.5, 1.9):
-            proc = _start(["-p", "go"], cli_env, tmp_path)
+            proc = cli_process(["-p", "go"], cli_env, tmp_path)
             await asyncio.sleep(offset)
             proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.to_thread(proc.communicate, timeout=30)
@@ -200,7 +190,7 @@ async def test_stream_json_input_stopped_with_a_prompt_waiting_and_stdin_open(pl
         args = ["-p", "--input-format", "stream-json", "--output-format", "stream-json"]
         args += ["--verbose", "--allowedTools", "Bash"]
         cli_env = {**env, "DURABLE_AGENT_NO_WORKER": "1"}
-        proc = _start(args, cli_env, workspace, stdin=subprocess.PIPE)
+        proc = cli_process(args, cli_env, workspace, stdin=subprocess.PIPE)
         assert proc.stdin is not None
         for text in ("run the command", "and then this"):
             message = {"type": "user", "message": {"role": "user", "content": text}}

@@ -13,8 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,7 +24,15 @@ from temporalio.client import Client
 
 from activities.tools.registry import HOST_LOST_TEXT
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
-from tests.faults.harness import WorkerProcess, _cmdline, descendants, process_env, wait_for
+from tests.faults.harness import (
+    WorkerProcess,
+    _cmdline,
+    another_machine,
+    cli_process,
+    descendants,
+    process_env,
+    wait_for,
+)
 from tests.helpers import record_histories
 from workflows.hosting import HOST_LOST_FEEDBACK
 
@@ -39,27 +45,8 @@ def _settings(path: Path, event: str, hook: str) -> None:
     path.write_text(json.dumps({"hooks": {event: [matcher]}}))
 
 
-def _machine(name: str) -> list[str]:
-    return ["unshare", "-u", "-p", "-f", "--mount-proc",
-            "sh", "-c", f'hostname machine-{name} && exec "$@"', "sh"]  # fmt: skip
-
-
-def _worker_pid(worker: WorkerProcess) -> int:
-    """The `python worker.py` under its namespace wrapper."""
-    assert worker.proc is not None
-    (pid,) = [p for p in descendants(worker.proc.pid) if b"worker.py" in _cmdline(p)]
-    return pid
-
-
 def _address(env: Any) -> str:
     return str(env.client.service_client.config.target_host)
-
-
-def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "durable_agent", *args], cwd=cwd, env=env,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
 
 
 @dataclass
@@ -84,10 +71,10 @@ async def _fleet(
             tmp_path / name, address, api.base_url, task_queue, DURABLE_AGENT_STORE=pg_url
         )
 
-    workers = [
-        WorkerProcess(env_of(n), tmp_path / f"{n}.log", wrap=_machine(n) if machines else None)
-        for n in "ab"
-    ]
+    def wrap(name: str) -> list[str] | None:
+        return another_machine(f"machine-{name}") if machines else None
+
+    workers = [WorkerProcess(env_of(n), tmp_path / f"{n}.log", wrap=wrap(n)) for n in "ab"]
     try:
         client = await Client.connect(address)
         for name, worker in zip("ab", workers, strict=True):
@@ -127,7 +114,7 @@ async def test_a_host_lost_during_a_tools_hook(dev_env, tmp_path, pg_url, event)
         async with _fleet(tmp_path, _address(dev_env), pg_url, api) as fleet:
             _settings(Path(fleet.cli_env["DURABLE_AGENT_SETTINGS"]), event, hook)
             args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
-            cli = _cli(args, fleet.cli_env, ws)
+            cli = cli_process(args, fleet.cli_env, ws)
             await wait_for(hook_marker.exists, 90, "the hook to start")
             (await _running(fleet.workers, HOOK_SLEEP)).kill()
             out, err = await asyncio.to_thread(cli.communicate, timeout=150)
@@ -160,9 +147,9 @@ async def test_a_stopped_host_whose_polls_take_the_retries_is_replaced(dev_env, 
     with ReplayServer(turns) as api:
         async with _fleet(tmp_path, _address(dev_env), pg_url, api, machines=True) as fleet:
             args = ["-p", "go", "--output-format", "json", "--allowedTools", "Bash"]
-            cli = _cli(args, fleet.cli_env, ws)
+            cli = cli_process(args, fleet.cli_env, ws)
             await wait_for(marker.exists, 90, "the tool to start")
-            paused = _worker_pid(await _running(fleet.workers, "sleep 3600"))
+            (paused,) = (await _running(fleet.workers, "sleep 3600")).worker_pids()
             os.kill(paused, signal.SIGSTOP)
             try:
                 out, err = await asyncio.to_thread(cli.communicate, timeout=180)

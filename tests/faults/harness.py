@@ -211,6 +211,25 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+def another_machine(hostname: str) -> list[str]:
+    """A `WorkerProcess` wrap: the worker runs as on a machine of its own, with its own
+    hostname and process table (UTS and PID namespaces), so no process of this machine is
+    seen by it, or it by them, by pid. `unshare -f` forks: the worker is its child
+    (`WorkerProcess.worker_pids`)."""
+    return ["unshare", "-u", "-p", "-f", "--mount-proc",
+            "sh", "-c", f'hostname {hostname} && exec "$@"', "sh"]  # fmt: skip
+
+
+def cli_process(
+    args: list[str], env: dict[str, str], cwd: Path, stdin: int = subprocess.DEVNULL
+) -> subprocess.Popen[str]:
+    """`python -m durable_agent ARGS` in `cwd`, its stdout and stderr piped (text)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "durable_agent", *args], cwd=cwd, env=env,
+        stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 class WorkerProcess:
     """`python worker.py` in its own process; SIGKILL is the fault."""
 
@@ -231,7 +250,7 @@ class WorkerProcess:
         )  # fmt: skip
         return self
 
-    def _worker_pids(self) -> list[int]:
+    def worker_pids(self) -> list[int]:
         """The `python worker.py` processes below a wrapper that forks (`unshare -f`: the worker
         is its child, and outlives it); none when the wrapper execs it (same pid)."""
         assert self.proc is not None
@@ -241,7 +260,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            below = self._worker_pids()
+            below = self.worker_pids()
             self.proc.send_signal(signal.SIGKILL)
             for pid in below:  # (its tools are not signalled: they are what tests look at)
                 with contextlib.suppress(ProcessLookupError):
@@ -264,7 +283,7 @@ class WorkerProcess:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            for pid in self._worker_pids() or [self.proc.pid]:  # a wrapper may not pass it on
+            for pid in self.worker_pids() or [self.proc.pid]:  # a wrapper may not pass it on
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
             try:

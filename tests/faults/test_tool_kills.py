@@ -15,7 +15,13 @@ from activities.tools.environment import session_tag_prefix, tagged_processes
 from durable_agent.engine.contracts import SessionInput
 from durable_agent.engine.state import QueryConfig, Terminal
 from durable_agent.replay import ReplayServer, text_turn, tool_turn
-from tests.faults.harness import WorkerProcess, process_env, transcript_problems, wait_for
+from tests.faults.harness import (
+    WorkerProcess,
+    another_machine,
+    process_env,
+    transcript_problems,
+    wait_for,
+)
 from workflows.session import SessionWorkflow
 
 
@@ -296,8 +302,7 @@ async def test_a_tool_taken_over_on_another_machine_is_ended_where_it_still_runs
     turns = [tool_turn([("b1", "Bash", {"command": command})]), text_turn("done")]
     address = dev_env.client.service_client.config.target_host
     task_queue = f"superseded-{uuid.uuid4()}"
-    other_machine = ["unshare", "-u", "-p", "-f", "--mount-proc",
-                     "sh", "-c", 'hostname other-machine && exec "$@"', "sh"]  # fmt: skip
+    other_machine = another_machine("other-machine")
     with ReplayServer(turns) as api:
         # One activity poll: a stopped worker's outstanding polls still take tasks (each then
         # waits out its timeout), and the tool's retries are few.
